@@ -1,0 +1,1 @@
+"""Datasets, subsetting and loaders."""

@@ -1,0 +1,193 @@
+"""Deterministic dataset subsets.
+
+* Torchvision datasets (CPU scale): a class list and per-class counts for train / calib / test, drawn by
+  seed, written as one `.npz` per split (uint8 NHWC images + labels) with `manifest.json`.
+* ImageNet-layout folders (paper scale): a class list file, optional short-side resize, N train images per
+  class held out into the evaluation set, written as an image tree + `manifest.csv` + `summary.json`.
+
+Both write into a temporary folder and rename it into place at the end, so a failed run leaves nothing that
+looks complete.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from itervision.data.datasets import list_images, load_torchvision, read_class_list
+from itervision.errors import UserError
+from itervision.io import write_json
+
+SPLITS = ("train", "calib", "test")
+
+
+def _tmp_dir(out: Path) -> Path:
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _commit_dir(tmp: Path, out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def _resolve_classes(requested, available: list[str]) -> list[int]:
+    """`all`, or a list of class names / indices of the source dataset → source class indices."""
+    if requested in (None, "all"):
+        return list(range(len(available)))
+    if not isinstance(requested, list) or not requested:
+        raise UserError("subset classes must be 'all' or a non-empty list of class names or indices")
+    out = []
+    for c in requested:
+        if isinstance(c, int) and 0 <= c < len(available):
+            out.append(c)
+        elif isinstance(c, str) and c in available:
+            out.append(available.index(c))
+        else:
+            raise UserError(f"class {c!r} is not in the source dataset (classes: {', '.join(map(str, available))})")
+    return out
+
+
+def _draw_per_class(labels: np.ndarray, classes: list[int], counts: list[int], rng: np.random.Generator):
+    """For each class, a random permutation of its indices cut into consecutive, disjoint chunks of `counts`."""
+    chunks = [[] for _ in counts]
+    for c in classes:
+        idx = np.flatnonzero(labels == c)
+        need = sum(counts)
+        if need > len(idx):
+            raise UserError(f"class {c} has {len(idx)} images, {need} requested; lower the per-class counts")
+        idx = idx[rng.permutation(len(idx))]
+        start = 0
+        for i, n in enumerate(counts):
+            chunks[i].append(np.sort(idx[start:start + n]))
+            start += n
+    return [np.concatenate(ch) if ch else np.zeros(0, np.int64) for ch in chunks]
+
+
+def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_class: int, calib_per_class: int,
+                       test_per_class: int, seed: int, root: str | None = None, cache_root: str = "data/raw",
+                       download: bool = False) -> dict:
+    out = Path(out)
+    info, source = load_torchvision(name, root, cache_root, download)
+    class_idx = _resolve_classes(classes, list(info.classes))
+    remap = {c: i for i, c in enumerate(class_idx)}
+    rng = np.random.default_rng(seed)
+    train_labels = source["train"][1]
+    train_ids, calib_ids = _draw_per_class(train_labels, class_idx, [train_per_class, calib_per_class], rng)
+    (test_ids,) = _draw_per_class(source["test"][1], class_idx, [test_per_class], rng)
+    picks = {"train": ("train", train_ids), "calib": ("train", calib_ids), "test": ("test", test_ids)}
+    tmp = _tmp_dir(out)
+    manifest = {
+        "dataset": name, "seed": seed, "classes": [info.classes[c] for c in class_idx],
+        "source_class_indices": class_idx, "channels": info.channels, "native_size": info.native_size,
+        "mean": list(info.mean), "std": list(info.std), "splits": {},
+    }
+    for split, (src_split, ids) in picks.items():
+        images, labels = source[src_split]
+        x = np.ascontiguousarray(images[ids])
+        y = np.array([remap[int(v)] for v in labels[ids]], dtype=np.int64)
+        np.savez(tmp / f"{split}.npz", images=x, labels=y, source_index=ids.astype(np.int64))
+        manifest["splits"][split] = {
+            "file": f"{split}.npz", "source_split": src_split, "count": int(len(y)),
+            "per_class": np.bincount(y, minlength=len(class_idx)).tolist(),
+            "sha1": hashlib.sha1(x.tobytes() + y.tobytes()).hexdigest(),
+        }
+    write_json(tmp / "manifest.json", manifest)
+    _commit_dir(tmp, out)
+    return manifest
+
+
+# ---------------------------------------------------------------- ImageNet-layout folders
+
+def _convert_one(job):
+    """Open, verify, convert to RGB, optionally resize the short side, save as JPEG. Returns (dst, error)."""
+    from PIL import Image
+
+    src, dst, short_side = job
+    try:
+        with Image.open(src) as im:
+            im.load()
+            if im.mode in ("RGBA", "LA", "P"):
+                im = im.convert("RGBA")
+                background = Image.new("RGBA", im.size, (255, 255, 255, 255))
+                im = Image.alpha_composite(background, im)
+            im = im.convert("RGB")
+            if short_side:
+                w, h = im.size
+                scale = short_side / min(w, h)
+                if scale != 1:
+                    im = im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.BICUBIC)
+            Path(dst).parent.mkdir(parents=True, exist_ok=True)
+            im.save(dst, "JPEG", quality=95)
+        return dst, None
+    except Exception as err:  # PIL raises many types for corrupt files
+        return dst, f"{type(err).__name__}: {err}"
+
+
+def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str | Path, *, holdout_per_class: int,
+                    seed: int, short_side: int | None = None, max_bad_fraction: float = 0.001,
+                    workers: int = 1) -> dict:
+    """Subset an ImageNet-layout tree. Splits: train, holdout (from train), val; eval set = val + holdout."""
+    root, out = Path(imagenet_root), Path(out)
+    if not (root / "train").is_dir():
+        raise UserError(f"ImageNet root {root} has no train/ folder; pass the folder holding train/<synset>/")
+    synsets = read_class_list(class_list)
+    missing = [s for s in synsets if not (root / "train" / s).is_dir()]
+    if missing:
+        raise UserError(f"class {missing[0]} of {class_list} is absent from {root}/train"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                        + "; fix the class list or the ImageNet root")
+    rng = np.random.default_rng(seed)
+    tmp = _tmp_dir(out)
+    jobs, rows = [], []
+    for ci, syn in enumerate(synsets):
+        train_files = list_images(root / "train" / syn)
+        if len(train_files) <= holdout_per_class:
+            shutil.rmtree(tmp)
+            raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out {holdout_per_class}")
+        order = rng.permutation(len(train_files))
+        held = set(order[:holdout_per_class].tolist())
+        for i, f in enumerate(train_files):
+            split = "holdout" if i in held else "train"
+            rows.append((f"{split}/{syn}/{f.stem}.JPEG", ci, syn, split))
+            jobs.append((str(f), str(tmp / rows[-1][0]), short_side))
+        for f in list_images(root / "val" / syn):
+            rows.append((f"val/{syn}/{f.stem}.JPEG", ci, syn, "val"))
+            jobs.append((str(f), str(tmp / rows[-1][0]), short_side))
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_convert_one, jobs, chunksize=64))
+    else:
+        results = [_convert_one(j) for j in jobs]
+    bad = [{"path": jobs[i][0], "error": err} for i, (_, err) in enumerate(results) if err]
+    bad_set = {b["path"] for b in bad}
+    good_rows = [r for r, j in zip(rows, jobs) if j[0] not in bad_set]
+    fraction = len(bad) / max(1, len(jobs))
+    if fraction > max_bad_fraction:
+        shutil.rmtree(tmp)
+        raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
+                        f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
+    with open(tmp / "manifest.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "class_index", "synset", "split"])
+        writer.writerows(good_rows)
+    counts = {s: {syn: 0 for syn in synsets} for s in ("train", "holdout", "val")}
+    for _, _, syn, split in good_rows:
+        counts[split][syn] += 1
+    summary = {
+        "class_list": str(class_list), "classes": synsets, "seed": seed, "short_side": short_side,
+        "holdout_per_class": holdout_per_class,
+        "totals": {s: sum(c.values()) for s, c in counts.items()},
+        "per_class": counts, "bad_images": bad,
+    }
+    write_json(tmp / "summary.json", summary)
+    _commit_dir(tmp, out)
+    return summary
