@@ -1,0 +1,1 @@
+"""Per-exit evaluation, early exit, cost accounting and timing."""
