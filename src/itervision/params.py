@@ -52,17 +52,29 @@ def deep_merge(base: dict, overlay: dict) -> dict:
     return out
 
 
-def model_config(params: dict, name: str) -> dict:
-    """Resolve a named model: `models.NAME` may name a `base` model whose keys it overrides."""
+def for_dataset(group: dict, dataset: str | None) -> dict:
+    """A params group with its `by_dataset.<dataset>` entry merged on top (and `by_dataset` removed)."""
+    group = dict(group or {})
+    by = group.pop("by_dataset", None) or {}
+    return deep_merge(group, by.get(dataset) or {}) if dataset else group
+
+
+def model_config(params: dict, name: str, dataset: str | None = None) -> dict:
+    """Resolve a named model: `architectures[models.NAME.arch]`, its `by_dataset` entry, then the model's keys.
+
+    One level only, so a DVC stage can declare exactly the keys it reads: `architectures.FAMILY` and
+    `models.NAME`.
+    """
     models = get(params, "models", dict)
     if name not in models:
         raise UserError(f"unknown model '{name}'; known models: {', '.join(sorted(models))}")
-    cfg = dict(models[name])
-    seen = {name}
-    while "base" in cfg:
-        base = cfg.pop("base")
-        if base in seen or base not in models:
-            raise UserError(f"model '{name}' has a bad 'base: {base}' (unknown or cyclic)")
-        seen.add(base)
-        cfg = deep_merge(models[base], cfg)
-    return cfg
+    own = dict(models[name] or {})
+    arch = own.pop("arch", None)
+    archs = get(params, "architectures", dict)
+    if arch not in archs:
+        raise UserError(f"model '{name}' names arch {arch!r}; known: {', '.join(sorted(archs))}")
+    return deep_merge(for_dataset(archs[arch], dataset), own)
+
+
+def train_config(params: dict, dataset: str | None = None) -> dict:
+    return for_dataset(get(params, "train", dict), dataset)

@@ -56,24 +56,28 @@ def _resolve_classes(requested, available: list[str]) -> list[int]:
     return out
 
 
-def _draw_per_class(labels: np.ndarray, classes: list[int], counts: list[int], rng: np.random.Generator):
-    """For each class, a random permutation of its indices cut into consecutive, disjoint chunks of `counts`."""
+def _draw_per_class(labels: np.ndarray, classes: list[int], counts: list, rng: np.random.Generator):
+    """For each class, a random permutation of its indices cut into consecutive, disjoint chunks of `counts`;
+    a count of 'all' (allowed only as the last) takes whatever the earlier chunks left."""
+    if any(n == "all" for n in counts[:-1]):
+        raise UserError("only the last per-class count of a source split may be 'all'")
     chunks = [[] for _ in counts]
     for c in classes:
         idx = np.flatnonzero(labels == c)
-        need = sum(counts)
-        if need > len(idx):
-            raise UserError(f"class {c} has {len(idx)} images, {need} requested; lower the per-class counts")
+        fixed = sum(n for n in counts if n != "all")
+        if fixed > len(idx):
+            raise UserError(f"class {c} has {len(idx)} images, {fixed} requested; lower the per-class counts")
         idx = idx[rng.permutation(len(idx))]
         start = 0
         for i, n in enumerate(counts):
+            n = len(idx) - start if n == "all" else int(n)
             chunks[i].append(np.sort(idx[start:start + n]))
             start += n
     return [np.concatenate(ch) if ch else np.zeros(0, np.int64) for ch in chunks]
 
 
-def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_class: int, calib_per_class: int,
-                       test_per_class: int, seed: int, root: str | None = None, cache_root: str = "data/raw",
+def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_class, calib_per_class: int,
+                       test_per_class, seed: int, root: str | None = None, cache_root: str = "data/raw",
                        download: bool = False) -> dict:
     out = Path(out)
     info, source = load_torchvision(name, root, cache_root, download)
@@ -81,7 +85,7 @@ def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_c
     remap = {c: i for i, c in enumerate(class_idx)}
     rng = np.random.default_rng(seed)
     train_labels = source["train"][1]
-    train_ids, calib_ids = _draw_per_class(train_labels, class_idx, [train_per_class, calib_per_class], rng)
+    calib_ids, train_ids = _draw_per_class(train_labels, class_idx, [calib_per_class, train_per_class], rng)
     (test_ids,) = _draw_per_class(source["test"][1], class_idx, [test_per_class], rng)
     picks = {"train": ("train", train_ids), "calib": ("train", calib_ids), "test": ("test", test_ids)}
     tmp = _tmp_dir(out)
@@ -133,9 +137,14 @@ def _convert_one(job):
 
 
 def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str | Path, *, holdout_per_class: int,
-                    seed: int, short_side: int | None = None, max_bad_fraction: float = 0.001,
-                    workers: int = 1) -> dict:
-    """Subset an ImageNet-layout tree. Splits: train, holdout (from train), val; eval set = val + holdout."""
+                    seed: int, calib_per_class: int = 0, short_side: int | None = None,
+                    max_bad_fraction: float = 0.001, workers: int = 1) -> dict:
+    """Subset an ImageNet-layout tree.
+
+    Splits: train; holdout (N train images per class, part of the evaluation set, as the document does);
+    calib (more train images per class, held out to choose early-exit thresholds); val. The evaluation set is
+    val + holdout. All hold-outs are drawn per class by seed and removed from train.
+    """
     root, out = Path(imagenet_root), Path(out)
     if not (root / "train").is_dir():
         raise UserError(f"ImageNet root {root} has no train/ folder; pass the folder holding train/<synset>/")
@@ -150,13 +159,15 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
     jobs, rows = [], []
     for ci, syn in enumerate(synsets):
         train_files = list_images(root / "train" / syn)
-        if len(train_files) <= holdout_per_class:
+        if len(train_files) <= holdout_per_class + calib_per_class:
             shutil.rmtree(tmp)
-            raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out {holdout_per_class}")
-        order = rng.permutation(len(train_files))
-        held = set(order[:holdout_per_class].tolist())
+            raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out "
+                            f"{holdout_per_class + calib_per_class}; lower holdout_per_class/calib_per_class")
+        order = rng.permutation(len(train_files)).tolist()
+        split_of = {i: "holdout" for i in order[:holdout_per_class]}
+        split_of.update({i: "calib" for i in order[holdout_per_class:holdout_per_class + calib_per_class]})
         for i, f in enumerate(train_files):
-            split = "holdout" if i in held else "train"
+            split = split_of.get(i, "train")
             rows.append((f"{split}/{syn}/{f.stem}.JPEG", ci, syn, split))
             jobs.append((str(f), str(tmp / rows[-1][0]), short_side))
         for f in list_images(root / "val" / syn):
@@ -179,12 +190,12 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
         writer = csv.writer(f)
         writer.writerow(["path", "class_index", "synset", "split"])
         writer.writerows(good_rows)
-    counts = {s: {syn: 0 for syn in synsets} for s in ("train", "holdout", "val")}
+    counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
     for _, _, syn, split in good_rows:
         counts[split][syn] += 1
     summary = {
         "class_list": str(class_list), "classes": synsets, "seed": seed, "short_side": short_side,
-        "holdout_per_class": holdout_per_class,
+        "holdout_per_class": holdout_per_class, "calib_per_class": calib_per_class,
         "totals": {s: sum(c.values()) for s, c in counts.items()},
         "per_class": counts, "bad_images": bad,
     }

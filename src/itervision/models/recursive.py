@@ -167,7 +167,7 @@ class MoE(nn.Module):
         for e, expert in enumerate(self.experts):
             token, slot = (idx == e).nonzero(as_tuple=True)
             if token.numel():
-                out.index_add_(0, token, expert(x2d[token]) * weight[token, slot, None])
+                out.index_add_(0, token, (expert(x2d[token]) * weight[token, slot, None]).to(out.dtype))
         counts = torch.bincount(idx.flatten(), minlength=self.num_experts).to(x.dtype)
         f = counts / idx.numel()  # share of the N*m assignments per expert
         p = probs.mean(0)
@@ -221,13 +221,14 @@ class RecursiveClassifier(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, cfg.num_classes)
         self.apply(self._init_weights)
-        for p in (self.y0, self.z0, self.role, self.class_embed):
-            trunc_normal_(p, std=0.02)
+        # y0, z0 and the role embeddings start at zero, so at init the y token carries only what it reads
+        # from the image token (a constant offset there would swamp the image signal after LayerNorm).
+        trunc_normal_(self.class_embed, std=0.02)
 
     @staticmethod
     def _init_weights(m):
         if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=0.02)
+            nn.init.xavier_uniform_(m.weight)  # width-aware; std 0.02 is tuned for d = 768 and too small at d = 64
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Conv2d):

@@ -280,7 +280,7 @@ class RecurrentSparseFormer(nn.Module):
     @staticmethod
     def _init_weights(m):
         if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=0.02)
+            nn.init.xavier_uniform_(m.weight)  # width-aware; std 0.02 is tuned for wide models
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.LayerNorm):
@@ -297,7 +297,8 @@ class RecurrentSparseFormer(nn.Module):
             return [1.0]
         return [self.cfg.earlier_weight / (R - 1)] * (R - 1) + [1.0]
 
-    def no_weight_decay_names(self) -> set[str]:
+    def no_weight_decay(self) -> set[str]:
+        """Names excluded from weight decay beyond 1-D parameters and biases (timm convention): the boxes."""
         return {n for n, _ in self.named_parameters() if n.startswith("token_boxes")}
 
     def run_round(self, r, fmap, memory=None, memory_boxes=None):

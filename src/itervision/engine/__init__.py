@@ -1,0 +1,1 @@
+"""Training: recipe, distributed data parallel, checkpoints and resume."""

@@ -1,0 +1,44 @@
+"""Wall-clock inference per exit: latency at batch 1 and throughput at a large batch, after warm-up."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def _exit_fn(model, exit_index):
+    if model.family == "sparseformer":
+        return lambda x: model(x, rounds=exit_index + 1)["logits"][-1]
+    # the recursive model's step t needs steps 1..t: run it with the steps truncated
+    def run(x):
+        steps = model.cfg.steps
+        model.cfg.steps = exit_index + 1
+        try:
+            return model(x)["logits"][-1]
+        finally:
+            model.cfg.steps = steps
+    return run
+
+
+def _time(fn, x, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        fn(x)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn(x)
+    return (time.perf_counter() - t0) / repeats
+
+
+@torch.no_grad()
+def time_exits(model, batch: int = 256, warmup: int = 2, repeats: int = 5, latency_repeats: int = 20) -> list[dict]:
+    model.eval()
+    cfg = model.cfg
+    rows = []
+    for e in range(model.num_exits):
+        fn = _exit_fn(model, e)
+        big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
+        one = big[:1]
+        seconds = _time(fn, big, warmup, repeats)
+        latency = _time(fn, one, warmup, latency_repeats)
+        rows.append({"exit": e + 1, "images_per_s": batch / seconds, "latency_ms": latency * 1e3, "batch": batch})
+    return rows

@@ -1,0 +1,1 @@
+"""Aggregation of per-run results into statistics, tables and figures, per study."""

@@ -1,0 +1,71 @@
+"""Formatting and writing tables (Markdown + CSV side by side), and reading per-run results."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from itervision.errors import UserError
+from itervision.io import read_json, write_text
+
+
+def fmt_ci(stat: dict | None, scale: float = 100.0, digits: int = 2) -> str:
+    """'mean ± half-width (n)'; one seed gives 'mean (n=1)'."""
+    if not stat or stat.get("n", 0) == 0 or not math.isfinite(stat["mean"]):
+        return "—"
+    mean = stat["mean"] * scale
+    hw = stat.get("half_width", float("nan"))
+    if not math.isfinite(hw):
+        return f"{mean:.{digits}f} (n={stat['n']})"
+    return f"{mean:.{digits}f} ± {hw * scale:.{digits}f} ({stat['n']})"
+
+
+def fmt_p(p) -> str:
+    if p is None:
+        return "—"
+    if not math.isfinite(p):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_num(v, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
+        return f"{int(v):,}"
+    return f"{v:.{digits}f}"
+
+
+def fmt_params(n) -> str:
+    return "—" if n is None else f"{n / 1e6:.3f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def write_table(stem: Path, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
+    """stem.md (title, table, notes) and stem.csv (the same cells)."""
+    stem = Path(stem)
+    md = [f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    if notes:
+        md += [""] + [f"- {n}" for n in notes]
+    write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(columns)
+    w.writerows(rows)
+    write_text(stem.with_suffix(".csv"), buf.getvalue())
+
+
+def load_run(run: dict) -> dict:
+    """metrics.json and train_log.json of one expected run; a clear error when it is missing."""
+    d = Path(run["dir"])
+    try:
+        return {"metrics": read_json(d / "metrics.json"), "train": read_json(d / "train_log.json"), "dir": d}
+    except FileNotFoundError:
+        raise UserError(f"results of {run['model']} seed {run['seed']} on {run['dataset']} missing in {d}; "
+                        f"run `dvc repro` to produce them") from None
+
+
+def load_reference(path: Path) -> dict:
+    with open(path) as f:
+        return {(r["dataset"], r["row"], r["quantity"]): float(r["value"]) for r in csv.DictReader(f)}

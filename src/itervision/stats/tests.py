@@ -1,0 +1,90 @@
+"""Per-variant intervals and paired comparisons over seeds.
+
+Conventions for degenerate inputs (all tested):
+* NaN values are dropped (for a paired difference, the pair is dropped); `n` counts what is left.
+* n = 1: the mean is reported, the half-width and p-values are NaN (no interval from one seed).
+* all values equal (sd = 0): half-width 0. For a paired difference, p = 1 when every difference is 0 and
+  NaN when the differences are a non-zero constant (the t statistic is undefined; read the win count).
+* sign-flip permutation p only when n >= 6: below that it can never reach 0.05 (n = 5: minimum 0.0625).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from scipy import stats
+
+NAN = float("nan")
+
+
+def _finite(values) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    return v[np.isfinite(v)]
+
+
+def mean_ci(values, confidence: float = 0.95) -> dict:
+    """Mean and half-width of the t-interval."""
+    v = _finite(values)
+    n = len(v)
+    if n == 0:
+        return {"mean": NAN, "half_width": NAN, "sd": NAN, "n": 0}
+    mean = float(v.mean())
+    if n == 1:
+        return {"mean": mean, "half_width": NAN, "sd": NAN, "n": 1}
+    sd = float(v.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+    return {"mean": mean, "half_width": half, "sd": sd, "n": n}
+
+
+def sign_flip_p(diffs) -> float:
+    """Exact two-sided sign-flip permutation p of the mean difference (all 2^n sign patterns)."""
+    d = _finite(diffs)
+    n = len(d)
+    if n == 0:
+        return NAN
+    observed = abs(d.mean())
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    means = np.abs(signs @ d / n)
+    return float(np.mean(means >= observed - 1e-12 * max(1.0, observed)))
+
+
+def paired_difference(a, b, confidence: float = 0.95, min_n_permutation: int = 6) -> dict:
+    """a - b paired by position (seed): mean, paired-t interval and p, win count, sign-flip p (n >= 6)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    d = a[keep] - b[keep]
+    ci = mean_ci(d, confidence)
+    n = ci["n"]
+    if n < 2:
+        p = NAN
+    elif ci["sd"] == 0:
+        p = 1.0 if ci["mean"] == 0 else NAN
+    else:
+        p = float(stats.ttest_1samp(d, 0.0).pvalue)
+    return {**ci, "p": p, "wins": int((d > 0).sum()), "ties": int((d == 0).sum()),
+            "p_sign_flip": sign_flip_p(d) if n >= min_n_permutation else None}
+
+
+def holm(pvalues) -> list:
+    """Holm step-down adjustment; NaN p-values are left out of the family and stay NaN."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    out = np.full(len(p), NAN)
+    idx = np.flatnonzero(np.isfinite(p))
+    m = len(idx)
+    running = 0.0
+    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def mcnemar(correct_a, correct_b) -> dict:
+    """Exact McNemar on one shared test set: b = A right & B wrong, c = A wrong & B right."""
+    a, b_ = np.asarray(correct_a, bool), np.asarray(correct_b, bool)
+    b = int((a & ~b_).sum())
+    c = int((~a & b_).sum())
+    p = 1.0 if b + c == 0 else float(stats.binomtest(min(b, c), b + c, 0.5).pvalue)
+    return {"b": b, "c": c, "p": p}
