@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from itervision.errors import cli_entry  # noqa: E402
-from itervision.io import write_json  # noqa: E402
+from itervision.io import finite_or_none, write_json  # noqa: E402
 from itervision.params import load_params  # noqa: E402
 from itervision.reporting import recursive, sparseformer  # noqa: E402
 
@@ -25,7 +25,7 @@ def main(argv=None):
     module = STUDIES[args.study]
     agg = module.aggregate(load_params(args.params))
     write_json(Path("metrics") / args.study / "aggregate.json", agg)
-    write_json(Path("metrics") / f"{args.study}.json", module.summary_metrics(agg))
+    write_json(Path("metrics") / f"{args.study}.json", finite_or_none(module.summary_metrics(agg)))
 
 
 if __name__ == "__main__":

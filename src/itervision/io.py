@@ -44,6 +44,17 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def finite_or_none(obj):
+    """NaN and infinities -> None, recursively (strict JSON for tools such as `dvc metrics`)."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_none(v) for v in obj]
+    return obj
+
+
 def read_json(path):
     with open(path) as f:
         return json.load(f)

@@ -34,17 +34,24 @@ COMPLETE_HANDLES = {"aten::baddbmm": baddbmm_flop, "aten::grid_sampler": grid_sa
                     "aten::grid_sampler_2d": grid_sample_flop}
 
 
+def run_to_exit(model, img, exit_index: int) -> list:
+    """Logits of exits 1..exit_index+1, running only what those exits need (stem/encoder + steps or rounds)."""
+    if model.family == "sparseformer":
+        return model(img, rounds=exit_index + 1)["logits"]
+    return model(img, steps=exit_index + 1)["logits"]
+
+
 class _ExitWrapper(nn.Module):
-    """Runs a model up to one exit and returns that exit's logits (what fvcore traces)."""
+    """Runs a model up to one exit and returns the logits of every exit so far. All of them are returned
+    because the JIT trace fvcore counts drops work that does not reach an output: without the memory, earlier
+    rounds do not feed the last exit, yet an image that stops there has paid for them."""
 
     def __init__(self, model, exit_index):
         super().__init__()
         self.model, self.exit_index = model, exit_index
 
     def forward(self, img):
-        if getattr(self.model, "family", "") == "sparseformer":
-            return self.model(img, rounds=self.exit_index + 1)["logits"][-1]
-        return self.model(img)["logits"][self.exit_index]
+        return tuple(run_to_exit(self.model, img, self.exit_index))
 
 
 def count_flops(model: nn.Module, img: torch.Tensor, exit_index: int = -1, complete: bool = False) -> dict:

@@ -5,19 +5,7 @@ import time
 
 import torch
 
-
-def _exit_fn(model, exit_index):
-    if model.family == "sparseformer":
-        return lambda x: model(x, rounds=exit_index + 1)["logits"][-1]
-    # the recursive model's step t needs steps 1..t: run it with the steps truncated
-    def run(x):
-        steps = model.cfg.steps
-        model.cfg.steps = exit_index + 1
-        try:
-            return model(x)["logits"][-1]
-        finally:
-            model.cfg.steps = steps
-    return run
+from itervision.evaluation.flops import run_to_exit
 
 
 def _time(fn, x, warmup: int, repeats: int) -> float:
@@ -35,7 +23,7 @@ def time_exits(model, batch: int = 256, warmup: int = 2, repeats: int = 5, laten
     cfg = model.cfg
     rows = []
     for e in range(model.num_exits):
-        fn = _exit_fn(model, e)
+        fn = lambda x, e=e: run_to_exit(model, x, e)  # noqa: E731
         big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
         one = big[:1]
         seconds = _time(fn, big, warmup, repeats)

@@ -255,14 +255,16 @@ class RecursiveClassifier(nn.Module):
         hard = F.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
         return (hard + probs - probs.detach()) @ self.class_embed  # straight-through
 
-    def forward(self, img, trace: bool = False):
+    def forward(self, img, trace: bool = False, steps: int | None = None):
+        """Run `steps` recursion steps (default: all); one logits tensor per step."""
         B = img.shape[0]
         x = self.encoder(img) + self.role[0]  # computed once per image
         y = self.y0.expand(B, -1) + self.role[1]
         Z = [self.z0.expand(B, -1)]
         logits_all, aux = [], img.new_zeros(())
         traces = []
-        for t in range(1, self.cfg.steps + 1):
+        steps = steps or self.cfg.steps
+        for t in range(1, steps + 1):
             h = torch.cat([x[:, None], y[:, None], torch.stack(Z, 1) + self.role[2]], dim=1)  # B, t+2, d
             step_trace = {} if trace else None
             for blk in self.blocks:
@@ -275,7 +277,7 @@ class RecursiveClassifier(nn.Module):
             Z.append(h[:, -1])
             if trace:
                 traces.append(step_trace)
-        out = {"logits": logits_all, "aux_loss": aux / (self.cfg.steps * self.cfg.blocks)}
+        out = {"logits": logits_all, "aux_loss": aux / (steps * self.cfg.blocks)}
         if trace:
             out["trace"] = summarise_traces(traces, self.cfg)
         return out

@@ -33,6 +33,8 @@ def mean_ci(values, confidence: float = 0.95) -> dict:
     if n == 1:
         return {"mean": mean, "half_width": NAN, "sd": NAN, "n": 1}
     sd = float(v.std(ddof=1))
+    if sd <= 1e-12 * max(1.0, abs(mean)):
+        sd = 0.0  # equal values up to float rounding
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
     return {"mean": mean, "half_width": half, "sd": sd, "n": n}
 
@@ -60,7 +62,7 @@ def paired_difference(a, b, confidence: float = 0.95, min_n_permutation: int = 6
     n = ci["n"]
     if n < 2:
         p = NAN
-    elif ci["sd"] == 0:
+    elif ci["sd"] <= 1e-12 * max(1.0, abs(ci["mean"])):  # constant differences (up to float rounding)
         p = 1.0 if ci["mean"] == 0 else NAN
     else:
         p = float(stats.ttest_1samp(d, 0.0).pvalue)

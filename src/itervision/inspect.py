@@ -1,0 +1,96 @@
+"""Cost accounting of a named model: `python -m itervision.inspect --model NAME [--scale SCALE] --json`.
+
+Prints stored/active parameters and per-exit cumulative cost: for the recursive classifier the analytic
+multiply-adds (with fvcore's count beside them), the block MAC ratio and the average sparsity formula; for
+SparseFormer models fvcore GFLOPs in the published convention and complete. `--published` adds the published
+figures next to ours.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from itervision.errors import UserError, cli_entry
+from itervision.evaluation.costs import model_costs
+from itervision.models import build_model, dataset_meta
+from itervision.params import load_params, model_config
+from itervision.pipeline import study_of
+from itervision.reporting.tables import load_reference
+from itervision.scales import render_scale
+
+
+def default_dataset(params: dict, model: str) -> str:
+    study = study_of(params, model)
+    return params[study]["datasets"][0]
+
+
+def inspect_model(params: dict, model: str, dataset: str | None = None, fvcore: bool = True) -> dict:
+    model_config(params, model)  # an unknown model fails here, naming the known ones
+    dataset = dataset or default_dataset(params, model)
+    classes, chans = dataset_meta(dataset)
+    cfg = model_config(params, model, dataset)
+    out = {"model": model, "dataset": dataset, "config": cfg}
+    out.update(model_costs(build_model(cfg, classes, chans), fvcore=fvcore))
+    return out
+
+
+def published(report: dict) -> dict:
+    """Published figures for the same model and dataset, where the documents give them."""
+    from pathlib import Path
+
+    if report["family"] == "recursive":
+        ref = load_reference(Path("data/reference/recursive.csv"))
+        name = report["model"]
+        return {k: ref[("all", name, k)] for k in ("stored_params", "active_params", "block_mac_ratio")
+                if ("all", name, k) in ref}
+    ref = load_reference(Path("data/reference/sparseformer.csv"))
+    rounds = report["config"]["rounds"]
+    ds = report["dataset"]
+    if len(rounds) == 1:
+        key = (ds, f"static-{rounds[0]}", "gflops")
+        return {"gflops_per_exit": [ref.get(key)]}
+    prefix = "recurrent" if report["config"]["memory"] else "no-memory"
+    return {"gflops_per_exit": [ref.get((ds, f"{prefix} exit {e + 1}", "gflops")) for e in range(len(rounds))]}
+
+
+@cli_entry
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m itervision.inspect", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="a name under `models`, e.g. dsa-moe or sf-recurrent")
+    ap.add_argument("--scale", help="cpu, paper or tiny (configs/scales); default: params.yaml as it is")
+    ap.add_argument("--dataset", help="dataset whose classes/channels to use (default: the study's first)")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument("--no-fvcore", action="store_true", help="analytic figures only")
+    ap.add_argument("--published", action="store_true", help="add the published figures")
+    args = ap.parse_args(argv)
+    params = render_scale(args.scale) if args.scale else load_params(args.params)
+    report = inspect_model(params, args.model, args.dataset, fvcore=not args.no_fvcore)
+    if args.published:
+        report["published"] = published(report)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        print()
+        return
+    print(f"{report['model']} on {report['dataset']}: {report['stored_params'] / 1e6:.3f}M stored, "
+          f"{report['active_params'] / 1e6:.3f}M active")
+    if report["family"] == "recursive":
+        print(f"  MACs/image {report['macs_per_image'] / 1e6:.2f}M, block ratio {report['block_mac_ratio']:.4f}, "
+              f"avg sparsity {report['avg_sparsity']:.3f}")
+        if "fvcore" in report:
+            print(f"  fvcore matmul FLOPs / analytic = {report['fvcore']['matmul_vs_analytic']:.4f}")
+    for e, g in enumerate(report.get("gflops_per_exit", [])):
+        extra = f", complete {report['gflops_complete_per_exit'][e]:.4f}" if "gflops_complete_per_exit" in report else ""
+        pub = (report.get("published", {}).get("gflops_per_exit") or [None] * (e + 1))
+        pubs = f", published {pub[e]:.3f}" if e < len(pub) and pub[e] else ""
+        print(f"  exit {e + 1}: {g:.4f} GFLOPs{extra}{pubs}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except UserError as err:  # pragma: no cover - main already handles it
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
