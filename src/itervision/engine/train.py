@@ -197,7 +197,8 @@ def train_run(*, model_name: str, model_cfg: dict, train_cfg: dict, prepared: st
             exit_loss_sum += reduced[1:]
             aux_sum += float(out["aux_loss"].detach())
             images += img.shape[0] * world
-            bar.set_postfix(loss=f"{reduced[0].item():.3f}", img_s=f"{images / (time.perf_counter() - t0):.0f}")
+            bar.set_postfix(loss=f"{reduced[0].item():.3f}", img_s=f"{images / (time.perf_counter() - t0):.0f}",
+                            refresh=False)  # the bar redraws at most every 2 s
         seconds = time.perf_counter() - t0
         n = steps_per_epoch
         row = {"epoch": epoch + 1, "loss": float((weights * exit_loss_sum / n).sum() + aux_sum / n),

@@ -1,10 +1,10 @@
 """FLOP counting with fvcore (one multiply-add = one FLOP, the published convention).
 
-fvcore has no handle for some ops; they are skipped silently in its default count. For a complete count we
-register handles for the ones our models use:
-* `aten::baddbmm` (SparseFormer's adaptive mixing): batch * n * p * m multiply-adds, like bmm;
-* `aten::grid_sampler_2d` (bilinear sampling): 4 multiply-adds per output element (four neighbours);
-* `aten::scaled_dot_product_attention` is not used: attention is written with explicit matmuls.
+fvcore has no handle for some ops; they are skipped silently in its default count. In our models that is
+`aten::baddbmm`, SparseFormer's adaptive mixing, as in the published counts; the complete count registers a
+handle for it (batch * n * m * p multiply-adds, like bmm). fvcore already counts `aten::grid_sampler` as 4 per
+output element (bilinear); `aten::grid_sampler_2d`, which some traces emit instead, gets the same handle.
+`aten::scaled_dot_product_attention` is not used: attention is written with explicit matmuls.
 """
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ def grid_sample_flop(inputs, outputs):
     return 4 * prod(_shape(outputs[0]))
 
 
-COMPLETE_HANDLES = {"aten::baddbmm": baddbmm_flop, "aten::grid_sampler": grid_sample_flop,
-                    "aten::grid_sampler_2d": grid_sample_flop}
+COMPLETE_HANDLES = {"aten::baddbmm": baddbmm_flop, "aten::grid_sampler_2d": grid_sample_flop}
 
 
 def run_to_exit(model, img, exit_index: int) -> list:

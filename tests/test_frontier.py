@@ -1,0 +1,65 @@
+"""Frontier maths: monotone envelope, log-cost interpolation, shared grid, bands, inverse cost, budget choice."""
+import math
+
+import numpy as np
+import pytest
+
+from itervision.reporting.sparseformer import choose_for_budget, choose_for_target
+from itervision.stats import cost_to_reach, interpolate_log_cost, mean_band, monotone_envelope, shared_log_grid
+
+
+def test_monotone_envelope_drops_dominated_points_and_cost_ties():
+    c, a = monotone_envelope([4, 1, 2, 2, 3, 8], [0.80, 0.60, 0.70, 0.72, 0.69, 0.79])
+    assert c.tolist() == [1, 2, 4] and a.tolist() == [0.60, 0.72, 0.80]
+    c, a = monotone_envelope([1, 2, float("nan")], [0.5, float("nan"), 0.9])
+    assert c.tolist() == [1] and a.tolist() == [0.5]
+
+
+def test_interpolation_is_linear_in_log_cost_and_never_extrapolates():
+    costs, accs = [1.0, 4.0], [0.6, 0.8]
+    out = interpolate_log_cost(costs, accs, [0.5, 1.0, 2.0, 4.0, 5.0])
+    # cost 2 is halfway between 1 and 4 in log space
+    assert math.isnan(out[0]) and math.isnan(out[4])
+    assert out[1:4].tolist() == pytest.approx([0.6, 0.7, 0.8])
+
+
+def test_matched_cost_interpolation_hand_case():
+    # a sweep with a dominated point; accuracy at budget 0.3: between (0.2, 0.78) and (0.5, 0.83)
+    costs = [0.2, 0.25, 0.5, 1.0]
+    accs = [0.78, 0.77, 0.83, 0.845]
+    expected = 0.78 + (math.log(0.3) - math.log(0.2)) / (math.log(0.5) - math.log(0.2)) * (0.83 - 0.78)
+    assert interpolate_log_cost(costs, accs, [0.3])[0] == pytest.approx(expected)
+
+
+def test_inverse_cost_hand_cases():
+    costs, accs = [1.0, 2.0, 8.0], [0.5, 0.7, 0.9]
+    assert cost_to_reach(costs, accs, 0.5) == pytest.approx(1.0)
+    assert cost_to_reach(costs, accs, 0.4) == pytest.approx(1.0)  # already reached at the cheapest point
+    # 0.8 is halfway between 0.7 (cost 2) and 0.9 (cost 8) -> geometric mean 4
+    assert cost_to_reach(costs, accs, 0.8) == pytest.approx(4.0)
+    assert math.isnan(cost_to_reach(costs, accs, 0.95))
+    # inverse of the forward interpolation
+    for target in (0.55, 0.66, 0.88):
+        c = cost_to_reach(costs, accs, target)
+        assert interpolate_log_cost(costs, accs, [c])[0] == pytest.approx(target)
+
+
+def test_shared_grid_and_pointwise_band():
+    curves = [([1, 10], [0.5, 0.9]), ([2, 20], [0.6, 0.8]), ([1.5, 8], [0.55, 0.85])]
+    grid = shared_log_grid(curves, points=5)
+    assert grid[0] == pytest.approx(2) and grid[-1] == pytest.approx(8)
+    assert np.allclose(np.diff(np.log(grid)), np.log(4) / 4)
+    band = mean_band(curves, grid)
+    vals = np.array([interpolate_log_cost(c, a, grid) for c, a in curves])
+    assert band["mean"] == pytest.approx(vals.mean(0).tolist())
+    assert all(n == 3 for n in band["n"])
+    assert shared_log_grid([([1, 2], [0.1, 0.2]), ([3, 4], [0.1, 0.2])]).size == 0
+
+
+def test_threshold_choice_on_calibration_rows():
+    rows = [{"threshold": t, "mean_cost": c, "accuracy": a}
+            for t, c, a in [(0.0, 1.0, 0.70), (0.5, 1.5, 0.78), (0.8, 2.0, 0.80), (0.9, 2.5, 0.80), (1.0, 3.0, 0.82)]]
+    assert choose_for_budget(rows, 2.6) == 2  # best accuracy within budget, cheapest on ties
+    assert choose_for_budget(rows, 0.5) is None
+    assert choose_for_target(rows, 0.79) == 2
+    assert choose_for_target(rows, 0.9) is None

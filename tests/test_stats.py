@@ -1,0 +1,88 @@
+"""Statistics against scipy and hand-computed values, degenerate inputs included."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from itervision.stats import holm, mcnemar, mean_ci, paired_difference, sign_flip_p
+
+
+def test_mean_ci_matches_scipy_t_interval():
+    x = [0.81, 0.83, 0.80, 0.84, 0.82]
+    r = mean_ci(x)
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=stats.sem(x))
+    assert r["mean"] == pytest.approx(np.mean(x))
+    assert r["half_width"] == pytest.approx((hi - lo) / 2)
+    assert r["n"] == 5
+
+
+def test_mean_ci_degenerate_inputs():
+    assert mean_ci([0.7, 0.7, 0.7]) == {"mean": pytest.approx(0.7), "half_width": 0.0, "sd": 0.0, "n": 3}
+    one = mean_ci([0.5])
+    assert one["mean"] == 0.5 and one["n"] == 1 and math.isnan(one["half_width"])
+    nan = mean_ci([0.5, float("nan"), 0.7])
+    assert nan["n"] == 2 and nan["mean"] == pytest.approx(0.6)
+    assert mean_ci([])["n"] == 0 and math.isnan(mean_ci([float("nan")])["mean"])
+
+
+def test_paired_difference_matches_scipy_ttest_rel():
+    a = np.array([0.82, 0.85, 0.80, 0.84, 0.83, 0.86])
+    b = np.array([0.80, 0.84, 0.81, 0.82, 0.80, 0.83])
+    r = paired_difference(a, b)
+    res = stats.ttest_rel(a, b)
+    ci = res.confidence_interval(0.95)
+    assert r["p"] == pytest.approx(res.pvalue)
+    assert r["mean"] == pytest.approx((a - b).mean())
+    assert r["half_width"] == pytest.approx((ci.high - ci.low) / 2)
+    assert r["wins"] == 5 and r["ties"] == 0 and r["n"] == 6
+    # exact sign-flip p at n = 6, against scipy's exact permutation test
+    perm = stats.permutation_test((a - b,), np.mean, permutation_type="samples", n_resamples=np.inf,
+                                  alternative="two-sided")
+    assert r["p_sign_flip"] == pytest.approx(perm.pvalue)
+
+
+def test_sign_flip_only_from_six_seeds_and_its_floor():
+    assert paired_difference([1, 2, 3, 4, 5], [0, 0, 0, 0, 0])["p_sign_flip"] is None
+    assert sign_flip_p([1, 2, 3, 4, 5]) == pytest.approx(2 / 32)  # n = 5 can never reach 0.05
+    assert sign_flip_p([1, 1, 1, 1, 1, 1]) == pytest.approx(2 / 64)
+
+
+def test_paired_difference_degenerate_inputs():
+    same = paired_difference([0.8, 0.8, 0.8], [0.8, 0.8, 0.8])
+    assert same["mean"] == 0 and same["p"] == 1.0 and same["ties"] == 3
+    const = paired_difference([0.9, 0.8, 0.7], [0.875, 0.775, 0.675])  # differences equal up to rounding
+    assert const["half_width"] == 0.0 and math.isnan(const["p"]) and const["wins"] == 3
+    one = paired_difference([0.9], [0.8])
+    assert one["n"] == 1 and math.isnan(one["p"]) and math.isnan(one["half_width"])
+    nan = paired_difference([0.9, float("nan"), 0.7, 0.8], [0.8, 0.8, 0.75, 0.7])
+    assert nan["n"] == 3
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_difference([1, 2], [1])
+
+
+def test_holm_against_hand_computed_values():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> running max 0.02, 0.03, 0.06, 0.06
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    out = holm([0.01, float("nan"), 0.02])
+    assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.02)
+    assert holm([]) == []
+
+
+def test_mcnemar_exact_against_binomtest():
+    a = np.array([1, 1, 1, 0, 1, 0, 1, 1, 0, 1], bool)
+    b = np.array([1, 0, 0, 0, 1, 1, 0, 0, 0, 1], bool)
+    r = mcnemar(a, b)
+    assert (r["b"], r["c"]) == (4, 1)
+    assert r["p"] == pytest.approx(stats.binomtest(1, 5, 0.5).pvalue)
+    assert mcnemar(a, a) == {"b": 0, "c": 0, "p": 1.0}
+
+
+def test_sign_flip_enumerates_every_pattern():
+    d = np.array([0.3, -0.1, 0.2, 0.4, 0.1, 0.05, -0.02])
+    obs = abs(d.mean())
+    hits = sum(abs((np.array(s) * d).mean()) >= obs - 1e-15 for s in itertools.product((1, -1), repeat=len(d)))
+    assert sign_flip_p(d) == pytest.approx(hits / 2 ** len(d))
