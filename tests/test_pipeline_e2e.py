@@ -62,6 +62,8 @@ def test_dvc_repro_tiny_scale(tmp_path):
     assert 0 <= summary["fashion_mnist"]["dsa-moe"]["top1"]["mean"] <= 1
     assert summary["fashion_mnist"]["dsa-moe"]["top1"]["n"] == 2
     assert "up to date" in sh("dvc status", repo)
+    sh("dvc plots show", repo)
+    assert (repo / "dvc_plots/index.html").exists()
     assert "Running stage" not in sh("dvc repro", repo)
 
     sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm results", repo)

@@ -19,16 +19,21 @@ from itervision.models import build_model
 EVAL_SPLITS = ("calib", "test")
 
 
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 @torch.no_grad()
-def predict_exits(model, dataset, batch_size: int = 256) -> dict:
+def predict_exits(model, dataset, batch_size: int = 256, workers: int = 0) -> dict:
     model.eval()
+    device = model_device(model)
     preds, probs, labels = [], [], []
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     for img, target in loader:
-        logits = torch.stack(model(img)["logits"], 1).float()  # B, E, C
+        logits = torch.stack(model(img.to(device))["logits"], 1).float()  # B, E, C
         top, pred = logits.softmax(-1).max(-1)
-        preds.append(pred.to(torch.int32))
-        probs.append(top)
+        preds.append(pred.to(torch.int32).cpu())
+        probs.append(top.cpu())
         labels.append(target)
     pred, label = torch.cat(preds).numpy(), torch.cat(labels).numpy().astype(np.int64)
     return {"pred": pred, "prob": torch.cat(probs).numpy().astype(np.float32), "label": label,
@@ -37,10 +42,9 @@ def predict_exits(model, dataset, batch_size: int = 256) -> dict:
 
 @torch.no_grad()
 def recursive_traces(model, dataset, images: int = 256) -> dict:
-    subset = torch.utils.data.Subset(dataset, range(min(images, len(dataset))))
-    img = torch.stack([subset[i][0] for i in range(len(subset))])
+    img = torch.stack([dataset[i][0] for i in range(min(images, len(dataset)))])
     model.eval()
-    return model(img, trace=True)["trace"]
+    return model(img.to(model_device(model)), trace=True)["trace"]
 
 
 def save_predictions(path: Path, per_split: dict) -> None:
@@ -68,10 +72,11 @@ def evaluate_run(*, model_name: str, model_cfg: dict, eval_cfg: dict, prepared: 
     model = build_model(model_cfg, len(desc["classes"]), desc["channels"])
     model.load_state_dict(load_weights(weights))
     model.eval()
+    costs = model_costs(model)  # on the CPU, before the model moves
+    model.to(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     transform = build_transform(False, model_cfg["img_size"], desc)
-    per_split = {s: predict_exits(model, open_split(prepared, s, transform), eval_cfg.get("batch_size", 256))
-                 for s in EVAL_SPLITS}
-    costs = model_costs(model)
+    per_split = {s: predict_exits(model, open_split(prepared, s, transform), eval_cfg.get("batch_size", 256),
+                                  eval_cfg.get("workers", 0)) for s in EVAL_SPLITS}
     exit_costs = costs["gflops_per_exit"]
     metrics = {"model": model_name, "seed": seed, "family": model.family, "costs": costs, "splits": {}}
     for split, d in per_split.items():

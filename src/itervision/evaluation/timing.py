@@ -8,12 +8,19 @@ import torch
 from itervision.evaluation.flops import run_to_exit
 
 
+def _sync(x):
+    if x.device.type == "cuda":
+        torch.cuda.synchronize(x.device)
+
+
 def _time(fn, x, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn(x)
+    _sync(x)
     t0 = time.perf_counter()
     for _ in range(repeats):
         fn(x)
+    _sync(x)
     return (time.perf_counter() - t0) / repeats
 
 
@@ -24,7 +31,7 @@ def time_exits(model, batch: int = 256, warmup: int = 2, repeats: int = 5, laten
     rows = []
     for e in range(model.num_exits):
         fn = lambda x, e=e: run_to_exit(model, x, e)  # noqa: E731
-        big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size)
+        big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size, device=next(model.parameters()).device)
         one = big[:1]
         seconds = _time(fn, big, warmup, repeats)
         latency = _time(fn, one, warmup, latency_repeats)

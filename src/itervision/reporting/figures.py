@@ -93,6 +93,10 @@ def sparseformer_figures(agg: dict, out: Path) -> None:
             ax.legend(fontsize=7)
             save(fig, out / f"frontier_{axis}_{ds}.png")
             write_csv(out / f"frontier_{axis}_{ds}.csv", ["model", axis, "top1", "low", "high"], rows)
+            if axis == "gflops":  # one file per model for `dvc plots` (plots/sparseformer/dvc/)
+                for m in sorted({r[0] for r in rows}):
+                    write_csv(out / "dvc" / f"frontier_{ds}_{m}.csv", ["gflops", "top1", "low", "high"],
+                              [r[1:] for r in rows if r[0] == m])
         rec = d["frontier"][agg["recurrent"]]
         share = rec["exit_share"]
         write_csv(out / f"rounds_used_{ds}.csv", ["threshold", "round", "share"],
