@@ -48,4 +48,5 @@ paper-plan: setup
 	$(PY) stages/check_paper_plan.py
 
 benchmark: setup
-	$(PY) benchmarks/models.py
+	$(PY) benchmarks/recursive_speed.py
+	$(PY) benchmarks/sparseformer_speed.py

@@ -89,7 +89,7 @@ def evaluate_run(*, model_name: str, model_cfg: dict, eval_cfg: dict, prepared: 
         metrics["traces"] = recursive_traces(model, open_split(prepared, "test", transform),
                                              eval_cfg.get("trace_images", 256))
     metrics["timing"] = time_exits(model, batch=eval_cfg.get("timing_batch", 256),
-                                   repeats=eval_cfg.get("timing_repeats", 3),
+                                   warmup=eval_cfg.get("timing_warmup", 1), repeats=eval_cfg.get("timing_repeats", 3),
                                    latency_repeats=eval_cfg.get("latency_repeats", 10))
     out_dir.mkdir(parents=True, exist_ok=True)
     save_predictions(out_dir / "predictions.npz", per_split)

@@ -25,7 +25,7 @@ def _time(fn, x, warmup: int, repeats: int) -> float:
 
 
 @torch.no_grad()
-def time_exits(model, batch: int = 256, warmup: int = 2, repeats: int = 5, latency_repeats: int = 20) -> list[dict]:
+def time_exits(model, batch: int = 256, warmup: int = 1, repeats: int = 5, latency_repeats: int = 20) -> list[dict]:
     model.eval()
     cfg = model.cfg
     rows = []
