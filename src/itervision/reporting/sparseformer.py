@@ -234,7 +234,7 @@ def claims(agg: dict) -> list[str]:
             pub, pds = _pub(ref, ds, f"early exit at static-{tok}", "gain")
             out.append(
                 f"- At the cost of the static {tok}-token model ({b['budget_gflops']:.4g} GFLOPs), early exit "
-                f"(threshold chosen on the calibration split) is {diff['mean'] * 100:+.2f} ± "
+                f"(threshold chosen on the calibration split) is {abs(diff['mean']) * 100:.2f} ± "
                 f"{diff['half_width'] * 100:.2f} points {'more' if diff['mean'] > 0 else 'less'} accurate "
                 f"(Holm p = {fmt_p(diff.get('p_holm'))}, wins {diff['wins']}/{diff['n']})"
                 + (f"; published ({pds}): {pub:+.2f}" if pub is not None else "") + f". Verdict: {_verdict(diff)}.")
