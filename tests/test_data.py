@@ -1,6 +1,5 @@
 """Datasets and subsetting: a synthetic ImageNet-layout tree, real Fashion-MNIST, bad inputs."""
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -160,9 +159,10 @@ def test_real_fashion_mnist_through_the_loading_code():
     info, splits = datasets.load_torchvision("fashion_mnist", None, ROOT / "data/raw")
     (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
     assert len(ytr) + len(yte) == 70_000
-    assert xtr.shape[1:] == (28, 28, 1) and xtr.dtype == np.uint8
+    assert xtr.shape[1:] == xte.shape[1:] == (28, 28, 1) and xtr.dtype == xte.dtype == np.uint8
     assert info.num_classes == 10 and info.channels == 1
     assert ytr.min() == 0 and ytr.max() == 9 and np.bincount(ytr).tolist() == [6000] * 10
+    assert np.bincount(yte).tolist() == [1000] * 10
 
 
 @fashion

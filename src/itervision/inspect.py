@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from itervision.errors import UserError, cli_entry
+from itervision.errors import cli_entry
 from itervision.evaluation.costs import model_costs
 from itervision.models import build_model, dataset_meta
 from itervision.params import load_params, model_config
@@ -89,8 +89,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as err:  # pragma: no cover - main already handles it
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    main()

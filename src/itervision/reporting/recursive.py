@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from itervision.evaluation.exits import load_predictions
-from itervision.params import get
+from itervision.params import get, model_config
 from itervision.pipeline import expected_runs, seeds_for
 from itervision.reporting.tables import fmt_ci, fmt_num, fmt_p, fmt_params, load_reference, load_run, write_table
 from itervision.stats import holm, mcnemar, mean_ci, paired_difference
@@ -129,8 +129,6 @@ def aggregate(params: dict) -> dict:
 
 
 def _model_key(params, model, key):
-    from itervision.params import model_config
-
     return model_config(params, model).get(key)
 
 

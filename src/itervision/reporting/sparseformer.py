@@ -13,7 +13,7 @@ import numpy as np
 
 from itervision.params import get, model_config
 from itervision.pipeline import expected_runs, seeds_for
-from itervision.reporting.tables import fmt_ci, fmt_num, fmt_p, load_reference, load_run, write_table
+from itervision.reporting.tables import fmt_ci, fmt_p, load_reference, load_run, write_table
 from itervision.stats import (cost_to_reach, holm, interpolate_log_cost, mean_band, mean_ci, paired_difference,
                               shared_log_grid)
 
