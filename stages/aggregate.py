@@ -1,17 +1,19 @@
-"""DVC stage: statistics over seeds for one study -> metrics/<study>/aggregate.json and metrics/<study>.json.
+"""DVC stage: statistics over seeds for one study, from the run records and profiles alone.
 
-Reads exactly the runs that params (seeds, ablation_seeds, the study's lists) say exist, never a glob.
+    metrics/STUDY/aggregate.json   everything the report stage renders
+    metrics/STUDY.json             summary metrics for `dvc metrics` (accuracies, intervals, costs: gated)
+    metrics/STUDY_timing.json      wall-clock figures (shown by `dvc metrics`, never gated)
+
+Reads exactly the runs that params (seeds, ablation_seeds, the study's lists) say exist, never a glob, and
+names every missing or corrupt run at once.
 """
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from itervision.errors import cli_entry  # noqa: E402
-from itervision.io import finite_or_none, write_json  # noqa: E402
-from itervision.params import load_params  # noqa: E402
-from itervision.reporting import recursive, sparseformer  # noqa: E402
+from itervision.analysis import recursive, sparseformer
+from itervision.errors import cli_entry
+from itervision.io import finite_or_none, write_json
+from itervision.params import load_params
 
 STUDIES = {"recursive": recursive, "sparseformer": sparseformer}
 
@@ -22,10 +24,12 @@ def main(argv=None):
     ap.add_argument("--study", required=True, choices=sorted(STUDIES))
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args(argv)
+    p = load_params(args.params)
     module = STUDIES[args.study]
-    agg = module.aggregate(load_params(args.params))
+    agg = {"scale": p.scale, **module.aggregate(p)}
     write_json(Path("metrics") / args.study / "aggregate.json", agg)
     write_json(Path("metrics") / f"{args.study}.json", finite_or_none(module.summary_metrics(agg)))
+    write_json(Path("metrics") / f"{args.study}_timing.json", finite_or_none(module.timing_metrics(agg)))
 
 
 if __name__ == "__main__":

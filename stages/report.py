@@ -1,14 +1,11 @@
-"""DVC stage: tables (Markdown + CSV under metrics/<study>/tables/) and figures (plots/<study>/) of one study,
-from metrics/<study>/aggregate.json alone."""
+"""DVC stage: tables (Markdown + CSV under metrics/STUDY/tables/) and figures (plots/STUDY/) of one study,
+from metrics/STUDY/aggregate.json alone."""
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from itervision.errors import UserError, cli_entry  # noqa: E402
-from itervision.io import read_json  # noqa: E402
-from itervision.reporting import figures, recursive, sparseformer  # noqa: E402
+from itervision.errors import cli_entry
+from itervision.io import read_json_file
+from itervision.reporting import figures, recursive, sparseformer
 
 STUDIES = {"recursive": (recursive.write_tables, figures.recursive_figures),
            "sparseformer": (sparseformer.write_tables, figures.sparseformer_figures)}
@@ -19,10 +16,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--study", required=True, choices=sorted(STUDIES))
     args = ap.parse_args(argv)
-    path = Path("metrics") / args.study / "aggregate.json"
-    if not path.exists():
-        raise UserError(f"{path} not found; run the aggregate stage first (dvc repro aggregate_{args.study})")
-    agg = read_json(path)
+    agg = read_json_file(Path("metrics") / args.study / "aggregate.json",
+                         f"regenerate it with `dvc repro --force aggregate_{args.study}`", required=("seeds",))
     tables, plots = STUDIES[args.study]
     tables(agg, Path("metrics") / args.study / "tables")
     plots(agg, Path("plots") / args.study)

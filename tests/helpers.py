@@ -1,43 +1,76 @@
-"""Test fixtures: a small synthetic prepared dataset in the subset stage's layout, and tiny params."""
+"""Test fixtures: model configs, a small synthetic prepared dataset in the subset stage's layout, tiny params."""
+from __future__ import annotations
+
 from pathlib import Path
 
-import numpy as np
 import yaml
 
-from itervision.io import write_json
+from itervision.models.configs import RecursiveConfig, SparseFormerConfig
+from itervision.schema import parse
 from itervision.scales import render_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def make_prepared(root: Path, name: str = "synth", classes: int = 4, size: int = 16, per_class=(16, 4, 4)):
-    """Images whose class is a bright quadrant, so a model can learn something in a few steps."""
-    rng = np.random.default_rng(0)
-    out = root / "data" / "prepared" / name
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = {"dataset": name, "classes": [f"c{i}" for i in range(classes)], "channels": 1, "native_size": size,
-                "mean": [0.5], "std": [0.25], "splits": {}}
-    for split, n in zip(("train", "calib", "test"), per_class):
-        labels = np.repeat(np.arange(classes), n)
-        images = rng.integers(0, 80, (len(labels), size, size, 1), dtype=np.uint8)
-        h = size // 2
-        for i, c in enumerate(labels):
-            y, x = divmod(int(c) % 4, 2)
-            images[i, y * h:(y + 1) * h, x * h:(x + 1) * h] += 150
-        np.savez(out / f"{split}.npz", images=images, labels=labels.astype(np.int64),
-                 source_index=np.arange(len(labels)))
-        manifest["splits"][split] = {"file": f"{split}.npz", "count": int(len(labels))}
-    write_json(out / "manifest.json", manifest)
-    return out
+REC = dict(img_size=16, encoder_widths=[4, 8, 8], dim=16, heads=2, blocks=2, steps=5, attention="dsa", topk=3,
+           dsa_kernel="masked", ffn="moe", mlp_ratio=2.0, experts=3, experts_per_token=2, embedding="hard",
+           drop_path=0.0, step_loss="mean", earlier_weight=0.1, balance_weight=0.01, indexer_kl_weight=0.1)
+SF = dict(img_size=28, stem_channels=6, stem_kernel=3, stem_stride=1, stem_pool=True, rounds=[1, 4, 9], points=4,
+          focus_dim=8, focus_heads=2, focus_iters=2, cortex_dim=12, cortex_heads=2, cortex_depth=2,
+          cortex_first_samples=True, mlp_ratio=4.0, memory=True, memory_at=0, memory_heads=2, drop_path=0.0,
+          earlier_weight=0.1)
 
 
-def tiny_params(root: Path, **train) -> dict:
-    """The repository's tiny scale, pointed at the synthetic dataset; written to root/params.yaml."""
+def rec_config(num_classes=5, in_chans=1, **kw) -> RecursiveConfig:
+    """A complete recursive config through the params schema (keys that do not apply become None)."""
+    return parse(RecursiveConfig, {**REC, **kw, "num_classes": num_classes, "in_chans": in_chans}, "test")
+
+
+def sf_config(num_classes=4, in_chans=1, **kw) -> SparseFormerConfig:
+    return parse(SparseFormerConfig, {**SF, **kw, "num_classes": num_classes, "in_chans": in_chans}, "test")
+
+
+def tiny_params(root: Path, per_class=(20, 5), **train) -> dict:
+    """The repository's tiny scale in `root`, reading a synthetic Fashion-MNIST (real idx format, 20 train and
+    5 test images per class) from root/source; written to root/params.yaml. Images are read at 16 px."""
+    from itervision.data.synthetic import idx_dataset
+
+    source = root / "source" / "fashion_mnist"
+    if not source.exists():
+        idx_dataset(source, *per_class)
     params = render_scale("tiny", ROOT)
-    params["recursive"]["datasets"] = params["recursive"]["ablation_datasets"] = ["synth"]
-    params["sparseformer"]["datasets"] = params["sparseformer"]["ablation_datasets"] = ["synth"]
+    params["data"]["roots"] = {"fashion_mnist": str(source)}
+    params["subset"]["torchvision"]["fashion_mnist"] = {"classes": "all", "calib_per_class": 4,
+                                                        "train_per_class": "all", "test_per_class": "all"}
     params["architectures"]["recursive"]["img_size"] = 16
     params["architectures"]["sparseformer"]["img_size"] = 16
-    params["train"].update({"epochs": 2, "batch_size": 8, "lr_batch": 8, **train})
+    params["train"].update({"epochs": 2, "batch_size": 8, "lr_batch": 8, "curve_points": 2, "curve_images": 8,
+                            **train})
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return params
+
+
+def prepare(root: Path, **train) -> dict:
+    """tiny_params, then the subset and configure stages' work in `root` (as `dvc repro` would)."""
+    import os
+
+    from itervision.data.subset import subset_torchvision
+    from itervision.io import write_json as _write
+    from itervision.params import load_params
+    from itervision.pipeline import resolved_configs
+
+    raw = tiny_params(root, **train)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        p = load_params()
+        spec = p.subset.torchvision["fashion_mnist"]
+        subset_torchvision("fashion_mnist", "data/prepared/fashion_mnist", classes=spec.classes,
+                           train_per_class=spec.train_per_class, calib_per_class=spec.calib_per_class,
+                           test_per_class=spec.test_per_class, seed=0, root=p.data.roots["fashion_mnist"],
+                           cache_root="data/raw")
+        for (ds, m), files in resolved_configs(p).items():
+            for name, content in files.items():
+                _write(Path("configs/resolved") / ds / m / name, content)
+    finally:
+        os.chdir(cwd)
+    return raw

@@ -1,4 +1,6 @@
-"""Training engine: determinism, kill-and-resume, NaN handling, torchrun on the CPU, paired data order."""
+"""Training engine: determinism, pairing, kill-and-resume (also mid-epoch), checkpoints that never outlive their
+data or code, NaN handling, torchrun on the CPU, the encoder-only baseline."""
+import json
 import os
 import subprocess
 import sys
@@ -6,18 +8,19 @@ import sys
 import pytest
 import torch
 
-from helpers import ROOT, make_prepared, tiny_params
-from itervision.data.loaders import SeededDraws, open_split
-from itervision.engine.distributed import RepeatedAugmentationSampler
-from itervision.engine.train import TrainingDiverged, train_run
-from itervision.evaluation.exits import evaluate_run
-from itervision.params import model_config, train_config
+from helpers import ROOT, prepare
+from itervision.data.loaders import train_batches
+from itervision.data.sampler import RepeatedAugmentationSampler
+from itervision.engine.train import curve_steps, train_run
+from itervision.evaluation.evaluate import evaluate_run
+from itervision.layout import prepared_dir, read_resolved
+from itervision.runs import RunRecord
 
 PY = sys.executable
 
 
-def run_stage(cwd, script, *args, env=None, launcher=None):
-    cmd = (launcher or [PY]) + [str(ROOT / "stages" / script), *args]
+def run_py(cwd, *args, launcher=None, env=None):
+    cmd = (launcher or [PY]) + list(args)
     return subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=600)
 
@@ -30,93 +33,130 @@ def same_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def train_and_evaluate(model, seed, study):
+    record = RunRecord(study, "fashion_mnist", model, seed)
+    mj, rj = read_resolved("fashion_mnist", model, "model.json"), read_resolved("fashion_mnist", model, "run.json")
+    log = train_run(record=record, model_cfg=mj["config"], train_cfg=rj["train"], prepared=prepared_dir("fashion_mnist"),
+                    progress=False)
+    return log, evaluate_run(record, mj, rj, prepared_dir("fashion_mnist")), weights(record.path("weights.pt"))
+
+
 @pytest.fixture
-def workdir(tmp_path):
-    make_prepared(tmp_path)
+def repo(tmp_path, monkeypatch):
+    prepare(tmp_path)
+    monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-@pytest.mark.parametrize("model", ["dsa-moe", "sf-recurrent"])
-def test_same_seed_gives_identical_metrics_and_another_seed_does_not(workdir, model):
-    params = tiny_params(workdir)
-    cfg, tcfg = model_config(params, model, "synth"), train_config(params, "synth")
-    prepared = workdir / "data/prepared/synth"
-    outs = []
-    for i, seed in enumerate((3, 3, 4)):
-        out = workdir / f"run{i}"
-        log = train_run(model_name=model, model_cfg=cfg, train_cfg=tcfg, prepared=prepared, seed=seed, out_dir=out,
-                        ckpt_dir=workdir / f"ck{i}", progress=False)
-        m = evaluate_run(model_name=model, model_cfg=cfg, eval_cfg={"timing_repeats": 1, "latency_repeats": 1,
-                                                                     "timing_batch": 4},
-                         prepared=prepared, weights=out / "final_weights.pt", out_dir=out, seed=seed)
-        outs.append((log, m, weights(out / "final_weights.pt")))
-    (l0, m0, w0), (l1, m1, w1), (l2, m2, w2) = outs
-    assert same_weights(w0, w1)
+@pytest.mark.parametrize("model,study", [("dsa-moe", "recursive"), ("sf-recurrent", "sparseformer")])
+def test_same_seed_gives_identical_results_and_another_seed_does_not(repo, model, study):
+    l0, m0, w0 = train_and_evaluate(model, 3, study)
+    torch.rand(1000)  # global generator state must not matter
+    l1, m1, w1 = train_and_evaluate(model, 3, study)
+    _, m2, w2 = train_and_evaluate(model, 4, study)
+    assert same_weights(w0, w1) and not same_weights(w0, w2)
     assert m0["splits"] == m1["splits"]
-    assert [r["loss"] for r in l0["log"]] == [r["loss"] for r in l1["log"]]
-    assert not same_weights(w0, w2)
+    assert [r["loss"] for r in l0["log"]] == [r["loss"] for r in l1["log"]] and l0["curve"] == l1["curve"]
 
 
-def test_killed_run_resumes_and_ends_like_an_uninterrupted_run(workdir):
-    tiny_params(workdir, epochs=3)
-    args = ["--study", "recursive", "--dataset", "synth", "--model", "dsa-moe", "--seed", "0", "--quiet"]
-    steps_per_epoch = 64 // 8
-    crashed = run_stage(workdir, "train.py", *args, env={"ITERVISION_FAULT": f"crash_at_step={steps_per_epoch + 3}"})
+def test_curve_points_are_evenly_spaced_and_end_at_the_last_step():
+    assert curve_steps(40, 4) == [10, 20, 30, 40]
+    assert curve_steps(7, 3) == [2, 5, 7]
+    assert curve_steps(40, 0) == []
+
+
+def test_learning_curve_and_budget_are_recorded(repo):
+    log, _, _ = train_and_evaluate("sa-mlp", 0, "recursive")
+    # 200 synthetic training images less 4 x 10 calibration images, batches of 8, 2 epochs
+    assert log["steps_per_epoch"] == 20 and log["images_seen"] == 2 * 20 * 8 and log["train_images"] == 160
+    assert [c["images"] for c in log["curve"]] == [160, 320]
+    assert all(0 <= c["test_top1"] <= 1 and 0 <= c["calib_top1"] <= 1 for c in log["curve"])
+    assert log["startup_seconds"] is None or log["startup_seconds"] > 0
+
+
+def test_killed_run_resumes_mid_epoch_and_ends_like_an_uninterrupted_run(tmp_path):
+    repos = []
+    for name in ("killed", "clean"):
+        prepare(tmp_path / name, curve_points=4)  # checkpoints at steps 10, 20, 30, 40 (20 steps an epoch)
+        repos.append(tmp_path / name)
+    killed, clean = repos
+    script = str(ROOT / "tests" / "train_with_fault.py")
+    crashed = run_py(killed, script, "dsa-moe", "0", "crash", "13")
     assert crashed.returncode == 137
-    run = workdir / "runs/recursive/synth/dsa-moe/seed0"
-    ckpt = workdir / "checkpoints/recursive/synth/dsa-moe/seed0/last.pt"
-    assert ckpt.exists() and not (run / "final_weights.pt").exists()
-    assert torch.load(ckpt, weights_only=True)["epoch"] == 0  # the last complete epoch
-    resumed = run_stage(workdir, "train.py", *args[:-1])
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming dsa-moe seed 0 after epoch 1" in resumed.stdout
-    resumed_w = weights(run / "final_weights.pt")
-    # uninterrupted, in a second copy
-    other = workdir / "clean"
-    make_prepared(other)
-    tiny_params(other, epochs=3)
-    clean = run_stage(other, "train.py", *args)
-    assert clean.returncode == 0, clean.stderr
-    assert same_weights(resumed_w, weights(other / "runs/recursive/synth/dsa-moe/seed0/final_weights.pt"))
+    ckpt = killed / "checkpoints/recursive/fashion_mnist/dsa-moe/seed0/last.pt"
+    assert torch.load(ckpt, weights_only=True)["step"] == 10  # mid-epoch: step 10 of 20
+    assert not (killed / "runs/recursive/fashion_mnist/dsa-moe/seed0/weights.pt").exists()
+    resumed = run_py(killed, script, "dsa-moe", "0", "crash", "-1")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming dsa-moe seed 0 at step 10 of 40" in resumed.stderr + resumed.stdout
+    assert run_py(clean, script, "dsa-moe", "0", "crash", "-1").returncode == 0
+    run = "runs/recursive/fashion_mnist/dsa-moe/seed0"
+    assert same_weights(weights(killed / run / "weights.pt"), weights(clean / run / "weights.pt"))
+    a, b = (json.loads((r / run / "train_log.json").read_text()) for r in (killed, clean))
+    assert [r["loss"] for r in a["log"]] == [r["loss"] for r in b["log"]] and a["curve"] == b["curve"]
 
 
-def test_a_checkpoint_of_another_configuration_is_not_resumed(workdir):
-    params = tiny_params(workdir, epochs=1)
-    cfg, tcfg = model_config(params, "sa-mlp", "synth"), train_config(params, "synth")
-    kw = dict(model_name="sa-mlp", model_cfg=cfg, prepared=workdir / "data/prepared/synth", seed=0,
-              out_dir=workdir / "out", ckpt_dir=workdir / "ck", progress=False)
-    train_run(train_cfg=tcfg, **kw)
-    log = train_run(train_cfg={**tcfg, "epochs": 2}, **kw)
-    assert [r["epoch"] for r in log["log"]] == [1, 2]  # started over, did not resume the 1-epoch run
+def test_changed_training_data_retrains_instead_of_resuming(tmp_path):
+    """Silent wrong result of the past: a checkpoint resumed after its data changed."""
+    script = str(ROOT / "tests" / "train_with_fault.py")
+    prepare(tmp_path, curve_points=4)
+    assert run_py(tmp_path, script, "sa-mlp", "0", "crash", "25").returncode == 137
+    ckpt = tmp_path / "checkpoints/recursive/fashion_mnist/sa-mlp/seed0/last.pt"
+    assert ckpt.exists()
+    (tmp_path / "source").rename(tmp_path / "old-source")
+    prepare(tmp_path, per_class=(24, 5), curve_points=4)  # 24 images per class instead of 20
+    out = run_py(tmp_path, script, "sa-mlp", "0", "crash", "-1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resuming" not in out.stdout + out.stderr
+    log = json.loads((tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0/train_log.json").read_text())
+    assert log["train_images"] == 200 and log["steps_per_epoch"] == 25  # trained on the new data, from step 0
+    fresh = tmp_path / "fresh"
+    prepare(fresh, per_class=(24, 5), curve_points=4)
+    assert run_py(fresh, script, "sa-mlp", "0", "crash", "-1").returncode == 0
+    run = "runs/recursive/fashion_mnist/sa-mlp/seed0/weights.pt"
+    assert same_weights(weights(tmp_path / run), weights(fresh / run))
 
 
-def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(workdir):
-    tiny_params(workdir, epochs=3)
-    r = run_stage(workdir, "train.py", "--study", "recursive", "--dataset", "synth", "--model", "sa-mlp", "--seed",
-                  "0", "--quiet", env={"ITERVISION_FAULT": "nan_at_step=10"})
+def test_a_completed_run_leaves_no_checkpoint(repo):
+    out = run_py(repo, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
+                 "sa-mlp", "--seed", "0", "--quiet")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not (repo / "checkpoints/recursive/fashion_mnist/sa-mlp/seed0").exists()
+    run = repo / "runs/recursive/fashion_mnist/sa-mlp/seed0"
+    assert {p.name for p in run.iterdir()} == {"config.json", "weights.pt", "train_log.json", "predictions.npz",
+                                               "metrics.json"}
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["attention"] == "dense" and config["train"]["batch_size"] == 8
+    assert len(config["data"]["fingerprint"]) == 16 and len(config["code"]) == 16
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    prepare(tmp_path, curve_points=4)
+    r = run_py(tmp_path, str(ROOT / "tests" / "train_with_fault.py"), "sa-mlp", "0", "nan", "22")
     assert r.returncode == 2
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "loss is nan at epoch 2, step 3 (global step 11)" in lines[0]
+    assert len(lines) == 1 and "loss is nan at epoch 2, step 3 (global step 23)" in lines[0]
+    assert "checkpoints/recursive/fashion_mnist/sa-mlp/seed0/last.pt (step 20)" in lines[0]
     assert "Traceback" not in r.stderr
-    ckpt = workdir / "checkpoints/recursive/synth/sa-mlp/seed0/last.pt"
-    assert torch.load(ckpt, weights_only=True)["epoch"] == 0
-    assert not (workdir / "runs/recursive/synth/sa-mlp/seed0/final_weights.pt").exists()
-    with pytest.raises(TrainingDiverged):
-        raise TrainingDiverged("x")
+    assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0/weights.pt").exists()
 
 
-def test_torchrun_two_cpu_processes(workdir):
-    tiny_params(workdir, epochs=1)
+def test_torchrun_two_cpu_processes(repo):
     launcher = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    r = run_stage(workdir, "run.py", "--study", "sparseformer", "--dataset", "synth", "--model", "sf-recurrent",
-                  "--seed", "0", "--quiet", launcher=launcher, env={"OMP_NUM_THREADS": "1"})
+    r = run_py(repo, str(ROOT / "stages/run.py"), "--study", "sparseformer", "--dataset", "fashion_mnist", "--model",
+               "sf-recurrent", "--seed", "0", "--quiet", launcher=launcher, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    import json
-
-    out = workdir / "runs/sparseformer/synth/sf-recurrent/seed0"
+    out = repo / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0"
     log = json.loads((out / "train_log.json").read_text())
-    assert log["world_size"] == 2 and log["steps_per_epoch"] == 64 // 2 // 8
+    assert log["world_size"] == 2 and log["steps_per_epoch"] == 160 // 2 // 8 and log["global_batch"] == 16
     assert (out / "metrics.json").exists() and (out / "predictions.npz").exists()
+
+
+def test_encoder_only_baseline_trains_and_evaluates(repo):
+    log, m, w = train_and_evaluate("encoder-only", 0, "recursive")
+    assert len(m["splits"]["test"]["top1_per_exit"]) == 1 and "traces" not in m
+    assert not any(k.startswith("blocks") for k in w)  # no recursion: encoder, norm and head only
+    assert log["final_loss"] < log["log"][0]["loss"] * 1.5
 
 
 def test_sampler_order_is_set_by_seed_and_ranks_partition_the_draws():
@@ -127,23 +167,23 @@ def test_sampler_order_is_set_by_seed_and_ranks_partition_the_draws():
     r0 = list(RepeatedAugmentationSampler(10, 2, 0, seed=1, repeats=3))
     r1 = list(RepeatedAugmentationSampler(10, 2, 1, seed=1, repeats=3))
     assert len(r0) == len(r1) == 5
-    # copies of one image carry different copy numbers (index + copy * n), so they get different augmentations
-    every = list(RepeatedAugmentationSampler(10, 1, 0, seed=1, repeats=3).__iter__())
+    every = list(RepeatedAugmentationSampler(10, 1, 0, seed=1, repeats=3))
     assert all(0 <= code < 30 for code in every)
 
 
-def test_augmentation_is_a_function_of_seed_image_and_copy(workdir):
-    from itervision.data.loaders import build_transform, dataset_description
-
-    prepared = workdir / "data/prepared/synth"
-    desc = dataset_description(prepared)
-    ds = SeededDraws(open_split(prepared, "train", build_transform(True, 16, desc, {"randaugment": "rand-m9-n2"})))
-    ds.epoch_seed = 7
-    x1, _ = ds[5]
-    torch.manual_seed(123)  # the model's randomness must not change the augmentation
-    torch.rand(1000)
-    x2, _ = ds[5]
-    assert torch.equal(x1, x2)
-    assert not torch.equal(x1, ds[5 + len(ds)][0])  # another copy of the same image
-    ds.epoch_seed = 8
-    assert not torch.equal(x1, ds[5][0])
+def test_batches_are_a_pure_function_of_seed_epoch_and_batch(repo):
+    train = {**read_resolved("fashion_mnist", "sa-mlp", "run.json")["train"], "crop_scale": [0.5, 1.0], "crop_pad": 2,
+             "hflip": 0.5, "random_erasing": 0.5}
+    first = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)
+    second = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)  # another variant, same seed
+    torch.manual_seed(99)
+    a = list(first.epoch(1))
+    torch.rand(10_000)  # the model's randomness consumes the global generator in between
+    b = list(second.epoch(1))
+    assert len(a) == len(b) == 20
+    assert all(x[0] == y[0] and torch.equal(x[1], y[1]) and torch.equal(x[2], y[2]) for x, y in zip(a, b))
+    resumed = list(second.epoch(1, start=7))  # a resumed run starts at a batch and sees the same images
+    assert resumed[0][0] == 7 and torch.equal(resumed[0][1], a[7][1])
+    other_epoch, other_seed = next(iter(first.epoch(2))), next(iter(train_batches(
+        prepared_dir("fashion_mnist"), 16, train, seed=6).epoch(1)))
+    assert not torch.equal(other_epoch[1], a[0][1]) and not torch.equal(other_seed[1], a[0][1])

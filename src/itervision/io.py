@@ -1,20 +1,35 @@
-"""Atomic file writing (temp file in the same folder + rename) and safe reading."""
+"""Atomic file writing (temp file in the same folder + rename) and guarded reading of files between stages."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
+from itervision.errors import UserError
+
+
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Delete temp files an interrupted atomic write of `path` left behind (`.NAME.*.tmp` beside it)."""
+    path = Path(path)
+    if path.parent.is_dir():
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds.
+
+    A process killed inside the block leaves its temp file; the next write of the same target removes it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -62,6 +77,26 @@ def finite_or_none(obj):
     return obj
 
 
+def read_json_file(path, fix: str, required: tuple = ()) -> dict:
+    """A JSON object from a file another stage wrote; a missing, truncated or incomplete file is one line that
+    names the file and `fix` (how to regenerate it)."""
+    path = Path(path)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; {fix}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path} is not valid JSON ({type(err).__name__} at char "
+                        f"{getattr(err, 'pos', '?')}); {fix}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a JSON object; {fix}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise UserError(f"{path} lacks '{missing[0]}'; {fix}")
+    return data
+
+
 def read_json(path):
     with open(path) as f:
         return json.load(f)
@@ -74,3 +109,21 @@ def read_yaml(path):
 
 def write_yaml(path, obj) -> None:
     write_text(path, yaml.safe_dump(obj, sort_keys=False, default_flow_style=None, width=110))
+
+
+def fresh_temp_dir(out: str | os.PathLike) -> Path:
+    """An empty `.NAME.tmp` folder beside `out` (a leftover of an interrupted run is removed first)."""
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit_dir(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Put a finished temp folder in place of `out`, so a reader never sees a half-written folder."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    Path(tmp).rename(out)

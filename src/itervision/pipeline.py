@@ -1,60 +1,88 @@
-"""Where things live and which runs exist: the single place that maps params to paths.
+"""Which runs exist: the single place that maps params to runs, prepared data and resolved configs.
 
 Studies (`recursive`, `sparseformer`) list datasets, main models (run with `seeds`) and ablation models (run
-with `ablation_seeds`, a prefix of `seeds`, so every comparison stays paired). The aggregate stages read
-exactly the runs listed here, never a glob, so stale outputs of a shrunk matrix are never read.
+with `ablation_seeds`, a prefix of `seeds`, on `ablation_datasets`), so every comparison stays paired. The
+aggregate stages read exactly the runs listed here, never a glob, so stale outputs of a shrunk matrix are
+never read.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from itervision.errors import UserError
-from itervision.params import get
-
-STUDIES = ("recursive", "sparseformer")
-PREPARED_ROOT = Path("data/prepared")
-RUNS_ROOT = Path("runs")
-CHECKPOINT_ROOT = Path("checkpoints")
+from itervision.params import STUDIES, Params
+from itervision.runs import RunRecord
 
 
-def prepared_dir(dataset: str) -> Path:
-    return PREPARED_ROOT / dataset
-
-
-def run_dir(study: str, dataset: str, model: str, seed: int) -> Path:
-    return RUNS_ROOT / study / dataset / model / f"seed{seed}"
-
-
-def checkpoint_dir(study: str, dataset: str, model: str, seed: int) -> Path:
-    return CHECKPOINT_ROOT / study / dataset / model / f"seed{seed}"
-
-
-def study_of(params: dict, model: str) -> str:
+def study_of(p: Params, model: str) -> str:
     for study in STUDIES:
-        s = params.get(study) or {}
-        if model in (s.get("main") or []) + (s.get("ablations") or []):
+        s = p.study(study)
+        if model in s.main + s.ablations:
             return study
-    raise UserError(f"model '{model}' is in no study; add it to recursive.main/ablations or sparseformer.main/ablations")
+    raise UserError(f"model '{model}' is in no study; add it to recursive.main/ablations or "
+                    f"sparseformer.main/ablations")
 
 
-def seeds_for(params: dict, study: str, model: str) -> list[int]:
-    seeds = get(params, "seeds", list)
-    abl = get(params, "ablation_seeds", list)
-    if abl != seeds[: len(abl)]:
-        raise UserError("ablation_seeds must be a prefix of seeds (paired runs); e.g. seeds [0,1,2,3,4], "
-                        "ablation_seeds [0,1,2]")
-    return seeds if model in get(params, f"{study}.main", list) else abl
+def is_ablation(p: Params, model: str) -> bool:
+    return model in p.study(study_of(p, model)).ablations
 
 
-def expected_runs(params: dict, study: str) -> list[dict]:
-    """Every (dataset, model, seed) the params say exists for a study, with its directory."""
-    out = []
-    s = get(params, study, dict)
-    groups = [(s["datasets"], s["main"]), (s.get("ablation_datasets") or s["datasets"], s.get("ablations") or [])]
-    for datasets, models in groups:
-        for dataset in datasets:
-            for model in models:
-                for seed in seeds_for(params, study, model):
-                    out.append({"dataset": dataset, "model": model, "seed": seed,
-                                "dir": run_dir(study, dataset, model, seed)})
+def seeds_for(p: Params, model: str) -> list[int]:
+    return p.ablation_seeds if is_ablation(p, model) else p.seeds
+
+
+def model_datasets(p: Params, model: str) -> list[str]:
+    s = p.study(study_of(p, model))
+    return s.ablation_datasets if model in s.ablations else s.datasets
+
+
+def study_models(p: Params, study: str) -> list[tuple[str, str]]:
+    """Every (dataset, model) of a study."""
+    s = p.study(study)
+    return [(ds, m) for m in s.main for ds in s.datasets] + [(ds, m) for m in s.ablations for ds in s.ablation_datasets]
+
+
+def expected_runs(p: Params, study: str) -> list[RunRecord]:
+    """Every (dataset, model, seed) the params say exists for a study."""
+    return [RunRecord(study, ds, m, seed, is_ablation(p, m)) for ds, m in study_models(p, study)
+            for seed in seeds_for(p, m)]
+
+
+def run_record(p: Params, dataset: str, model: str, seed: int, study: str | None = None) -> RunRecord:
+    study = study or study_of(p, model)
+    if dataset not in model_datasets(p, model):
+        raise UserError(f"model '{model}' does not run on '{dataset}' in params ({study}: "
+                        f"{', '.join(model_datasets(p, model))})")
+    return RunRecord(study, dataset, model, seed, is_ablation(p, model))
+
+
+def dataset_shape(p: Params, dataset: str) -> tuple[int, int]:
+    """(classes, channels) of a prepared dataset, from params alone (the subset's class list)."""
+    from itervision.data.registry import DATASETS
+    from itervision.data.sources import read_class_list
+
+    if dataset in p.subset.imagenet:
+        return len(read_class_list(p.subset.imagenet[dataset].class_list)), 3
+    if dataset not in DATASETS:
+        raise UserError(f"unknown dataset '{dataset}'; add it under subset.torchvision or subset.imagenet")
+    spec = p.subset.torchvision.get(dataset)
+    n = DATASETS[dataset].num_classes if spec is None or spec.classes == "all" else len(spec.classes)
+    return n, DATASETS[dataset].channels
+
+
+def resolved_configs(p: Params) -> dict:
+    """{(dataset, model): {"model.json": ..., "run.json": ..., "profile.json": ...}} for every model of both
+    studies: what stages run and profile read (written by stage configure into configs/resolved/)."""
+    from itervision.params import model_config, train_config
+    from itervision.schema import as_dict
+
+    out = {}
+    for study in STUDIES:
+        for ds, m in study_models(p, study):
+            classes, chans = dataset_shape(p, ds)
+            out[(ds, m)] = {
+                "model.json": {"model": m, "study": study, "dataset": ds, "num_classes": classes, "in_chans": chans,
+                               "config": model_config(p, m, ds)},
+                "run.json": {"train": train_config(p, ds, study), "evaluate": as_dict(p.evaluate)},
+                "profile.json": as_dict(p.profile),
+            }
     return out
+

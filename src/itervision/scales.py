@@ -1,20 +1,25 @@
-"""Parameter scales: configs/scales/cpu.yaml is complete, every other scale is an overlay onto it."""
+"""Parameter scales: configs/scales/cpu.yaml is complete, every other scale is an overlay onto it
+(mappings merged key by key, lists and values replaced)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from itervision.errors import UserError
-from itervision.params import deep_merge, load_params
+from itervision.params import deep_merge, read_yaml_mapping
 
 SCALES_DIR = Path("configs/scales")
 
 
-def render_scale(name: str, root: str | Path = ".") -> dict:
-    base = load_params(Path(root) / SCALES_DIR / "cpu.yaml")
-    if name == "cpu":
-        return base
-    path = Path(root) / SCALES_DIR / f"{name}.yaml"
+def render_scale(name: str, root: str | Path = ".", base: str = "cpu") -> dict:
+    """The raw params of a scale: cpu.yaml with configs/scales/NAME.yaml on top (NAME may itself name a
+    `base:` scale to build on, e.g. paper-smoke on paper)."""
+    scales = Path(root) / SCALES_DIR
+    if name == base:
+        return read_yaml_mapping(scales / f"{base}.yaml")
+    path = scales / f"{name}.yaml"
     if not path.exists():
-        known = sorted(p.stem for p in (Path(root) / SCALES_DIR).glob("*.yaml"))
+        known = sorted(p.stem for p in scales.glob("*.yaml"))
         raise UserError(f"unknown scale '{name}'; known: {', '.join(known)}")
-    return deep_merge(base, load_params(path))
+    overlay = read_yaml_mapping(path)
+    parent = overlay.pop("base", base)
+    return deep_merge(render_scale(parent, root, base), overlay)

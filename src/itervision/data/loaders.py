@@ -1,44 +1,147 @@
-"""Prepared splits (output of the subset stage) as torch datasets, with timm's train/eval transforms.
+"""Prepared splits (output of the subset stage) as training and evaluation batches.
+
+Two data paths, one interface (`train_batches(...).epoch(e, start)` yields (batch index, images, labels)):
+* array datasets (Fashion-MNIST, MNIST, CIFAR): each split is one uint8 tensor in memory and augmentation runs
+  on whole batches as tensor ops (data/augment.py), in the training process, with no loader workers;
+* ImageNet folders: timm's PIL transforms (RandomResizedCrop, flip, RandAugment, random erasing) in
+  DataLoader workers, one image at a time.
+In both, the images of batch b of epoch e are a pure function of (run seed, e, b, rank): the order comes from
+the seeded repeated-augmentation sampler, and the augmentation from generators seeded by the batch (tensor
+path) or by (epoch, image, copy) (folder path). A killed run resumes at a batch and replays the same images.
 
 Split names seen by the engine: train, calib, test. For ImageNet subsets `test` is the evaluation set
 (val + held-out train images), `calib` the calibration images held out from train.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import random
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
-from torch.utils.data import Dataset
 
-from itervision.data.datasets import IMAGENET_MEAN, IMAGENET_STD
+from itervision.data.augment import BatchAugment, augment, resize_eval
+from itervision.data.registry import IMAGENET_MEAN, IMAGENET_STD
+from itervision.data.sampler import RepeatedAugmentationSampler
 from itervision.errors import UserError
-from itervision.io import read_json
+from itervision.io import read_json_file
 
 IMAGENET_SPLITS = {"train": ("train",), "calib": ("calib",), "test": ("val", "holdout")}
 
 
-class ArraySplit(Dataset):
-    """uint8 NHWC images + labels from one `.npz` of the subset stage."""
+def _regenerate(prepared: Path) -> str:
+    return f"regenerate it with `dvc repro --force make_subset@{Path(prepared).name}`"
 
-    def __init__(self, path: Path, transform=None):
+
+def describe_prepared(prepared: str | Path) -> dict:
+    """classes, channels, mean, std, kind and a content fingerprint of a prepared dataset (either layout)."""
+    prepared = Path(prepared)
+    if (prepared / "manifest.json").exists():
+        m = read_json_file(prepared / "manifest.json", _regenerate(prepared), required=("classes", "channels",
+                                                                                       "mean", "std", "splits"))
+        blob = (prepared / "manifest.json").read_bytes()
+        return {"classes": m["classes"], "channels": m["channels"], "mean": m["mean"], "std": m["std"],
+                "kind": "arrays", "fingerprint": hashlib.sha256(blob).hexdigest()[:16],
+                "counts": {s: v["count"] for s, v in m["splits"].items()}}
+    if (prepared / "summary.json").exists():
+        s = read_json_file(prepared / "summary.json", _regenerate(prepared), required=("classes", "totals"))
+        digest = hashlib.sha256((prepared / "summary.json").read_bytes())
+        if not (prepared / "manifest.csv").exists():
+            raise UserError(f"{prepared / 'manifest.csv'} is missing; {_regenerate(prepared)}")
+        digest.update((prepared / "manifest.csv").read_bytes())  # paths and sizes of every image
+        return {"classes": s["classes"], "channels": 3, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+                "kind": "imagenet", "fingerprint": digest.hexdigest()[:16], "counts": s["totals"]}
+    raise UserError(f"prepared dataset {prepared} not found; run `dvc repro make_subset@{prepared.name}` first")
+
+
+def load_arrays(prepared: str | Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(uint8 NHWC images, int64 labels) of one split, checked against the checksum in manifest.json."""
+    prepared = Path(prepared)
+    path = prepared / f"{split}.npz"
+    if not path.exists():
+        raise UserError(f"split file {path} is missing; {_regenerate(prepared)}")
+    try:
         with np.load(path) as f:
-            self.images, self.labels = f["images"], f["labels"]
-        self.transform = transform
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        img = self.images[i]
-        img = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
-        return (self.transform(img) if self.transform else img), int(self.labels[i])
+            images, labels = f["images"], f["labels"]
+    except (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError) as err:
+        raise UserError(f"split file {path} is unreadable ({type(err).__name__}); {_regenerate(prepared)}") from None
+    manifest = read_json_file(prepared / "manifest.json", _regenerate(prepared))
+    expected = (manifest.get("splits") or {}).get(split, {}).get("sha1")
+    if expected and hashlib.sha1(images.tobytes() + labels.tobytes()).hexdigest() != expected:
+        raise UserError(f"split file {path} does not match the checksum in manifest.json; {_regenerate(prepared)}")
+    return torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels.astype(np.int64))
 
 
-class ManifestImages(Dataset):
+def batch_seed(seed: int, epoch: int, batch: int, rank: int = 0) -> int:
+    return ((((seed * 1_000_003 + epoch) * 100_003 + batch) * 1009 + rank) * 2_654_435_761) % (2 ** 63 - 1)
+
+
+@contextlib.contextmanager
+def global_seed(seed: int):
+    """Seed Python's and NumPy's global generators (timm's RandAugment and Mixup draw from them) for one
+    block, then restore them."""
+    py, npy = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+
+
+class TensorBatches:
+    """Training batches of an array dataset: uint8 tensors in memory, batched augmentation."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, aug: BatchAugment, *, batch_size: int, seed: int,
+                 rank: int = 0, world: int = 1, repeats: int = 1, max_steps: int | None = None,
+                 randaugment: str = ""):
+        self.images, self.labels, self.aug = images, labels, aug
+        self.batch_size, self.seed, self.rank = batch_size, seed, rank
+        self.sampler = RepeatedAugmentationSampler(len(labels), world, rank, seed, repeats)
+        steps = len(self.sampler) // batch_size
+        self.steps = min(steps, max_steps) if max_steps else steps
+        self.randaugment = _rand_augment(randaugment) if randaugment else None
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def epoch(self, epoch: int, start: int = 0):
+        self.sampler.set_epoch(epoch)
+        draws = torch.tensor(list(self.sampler), dtype=torch.long) % len(self.labels)  # copies share the image
+        for b in range(start, self.steps):
+            idx = draws[b * self.batch_size:(b + 1) * self.batch_size]
+            gen = torch.Generator().manual_seed(batch_seed(self.seed, epoch, b, self.rank))
+            images = self.images[idx]
+            if self.randaugment is not None:
+                images = _apply_pil(images, self.randaugment, batch_seed(self.seed, epoch, b, self.rank) + 1)
+            yield b, augment(images, gen, self.aug), self.labels[idx]
+
+
+def _rand_augment(spec: str):
+    from timm.data.auto_augment import rand_augment_transform  # timm's import (4 s) is paid only when used
+
+    return rand_augment_transform(spec, {"translate_const": 10, "img_mean": (124, 116, 104)})
+
+
+def _apply_pil(images: torch.Tensor, transform, seed: int) -> torch.Tensor:
+    """A PIL transform (RandAugment) applied to each uint8 image of a batch, seeded by the batch."""
+    from PIL import Image
+
+    out = []
+    with global_seed(seed):
+        for img in images.numpy():
+            pil = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
+            arr = np.asarray(transform(pil))
+            out.append(arr[..., None] if arr.ndim == 2 else arr)
+    return torch.from_numpy(np.stack(out))
+
+
+class ManifestImages(torch.utils.data.Dataset):
     """Images of an ImageNet subset listed in its manifest.csv, restricted to some splits."""
 
     def __init__(self, root: Path, splits: tuple, transform=None):
@@ -51,22 +154,23 @@ class ManifestImages(Dataset):
         return len(self.rows)
 
     def __getitem__(self, i):
+        from PIL import Image
+
         path, label = self.rows[i]
         try:
             with Image.open(self.root / path) as im:
                 img = im.convert("RGB")
         except OSError as err:
-            raise UserError(f"corrupt image {self.root / path} ({err}); re-run the subset stage") from None
+            raise UserError(f"corrupt image {self.root / path} ({err}); {_regenerate(self.root)}") from None
         return (self.transform(img) if self.transform else img), label
 
 
-class SeededDraws(Dataset):
-    """Augmentation as a pure function of (epoch seed, image, copy): each draw `index + copy * n` (see
+class SeededDraws(torch.utils.data.Dataset):
+    """Augmentation as a pure function of (epoch seed, image, copy): draw `index + copy * n` (see
     RepeatedAugmentationSampler) runs the transform under generators seeded from those three numbers, then
-    restores the caller's generators. Two variants with the same run seed therefore see identical augmented
-    images, whatever randomness their forward pass consumes and however many loader workers run."""
+    restores the caller's generators, whatever the number of loader workers."""
 
-    def __init__(self, base: Dataset):
+    def __init__(self, base):
         self.base, self.n, self.epoch_seed = base, len(base), 0
 
     def __len__(self):
@@ -75,61 +179,78 @@ class SeededDraws(Dataset):
     def __getitem__(self, code):
         index, copy = code % self.n, code // self.n
         seed = (self.epoch_seed * 2_654_435_761 + index * 40_503 + copy * 97) % (2 ** 31)
-        py_state, np_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), global_seed(seed):
             torch.manual_seed(seed)
-            random.seed(seed)
-            np.random.seed(seed)
-            try:
-                return self.base[index]
-            finally:
-                random.setstate(py_state)
-                np.random.set_state(np_state)
+            return self.base[index]
 
 
-def dataset_description(prepared: Path) -> dict:
-    """classes, channels, mean, std of a prepared dataset (either layout)."""
-    prepared = Path(prepared)
-    if (prepared / "manifest.json").exists():
-        m = read_json(prepared / "manifest.json")
-        return {"classes": m["classes"], "channels": m["channels"], "mean": m["mean"], "std": m["std"],
-                "kind": "arrays"}
-    if (prepared / "summary.json").exists():
-        s = read_json(prepared / "summary.json")
-        return {"classes": s["classes"], "channels": 3, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
-                "kind": "imagenet"}
-    raise UserError(f"prepared dataset {prepared} not found; run `dvc repro` (the subset stage) first")
+class FolderBatches:
+    """Training batches of an ImageNet subset: timm's transforms in loader workers."""
+
+    def __init__(self, prepared: Path, transform, *, batch_size: int, seed: int, rank: int = 0, world: int = 1,
+                 repeats: int = 1, max_steps: int | None = None, workers: int = 0, pin_memory: bool = False):
+        self.data = SeededDraws(ManifestImages(prepared, IMAGENET_SPLITS["train"], transform))
+        self.sampler = RepeatedAugmentationSampler(len(self.data), world, rank, seed, repeats)
+        self.seed, self.batch_size, self.workers, self.pin = seed, batch_size, workers, pin_memory
+        steps = len(self.sampler) // batch_size
+        self.steps = min(steps, max_steps) if max_steps else steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def epoch(self, epoch: int, start: int = 0):
+        self.sampler.set_epoch(epoch)
+        self.data.epoch_seed = (self.seed * 1_000_003 + epoch) % (2 ** 31)
+        draws = list(self.sampler)[start * self.batch_size:self.steps * self.batch_size]
+        loader = torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, sampler=draws, drop_last=True,
+                                             num_workers=self.workers, pin_memory=self.pin)
+        for b, (img, target) in enumerate(loader, start):
+            yield b, img, target
 
 
-def open_split(prepared: str | Path, split: str, transform=None) -> Dataset:
-    prepared = Path(prepared)
-    desc = dataset_description(prepared)
-    if desc["kind"] == "arrays":
-        path = prepared / f"{split}.npz"
-        if not path.exists():
-            raise UserError(f"split file {path} missing; re-run the subset stage")
-        return ArraySplit(path, transform)
-    return ManifestImages(prepared, IMAGENET_SPLITS[split], transform)
-
-
-def build_transform(train: bool, img_size: int, desc: dict, aug: dict | None = None):
-    """timm's transform pipeline (RandomResizedCrop, flip, RandAugment, random erasing) or its eval resize."""
+def timm_transform(train: bool, img_size: int, desc: dict, cfg: dict | None = None):
+    """timm's transform pipeline for ImageNet folders: RandomResizedCrop, flip, RandAugment, random erasing;
+    or its evaluation resize and centre crop."""
     from timm.data import create_transform
 
-    aug = aug or {}
+    cfg = cfg or {}
     kwargs = dict(input_size=(desc["channels"], img_size, img_size), mean=tuple(desc["mean"]),
-                  std=tuple(desc["std"]), interpolation=aug.get("interpolation", "bicubic"))
+                  std=tuple(desc["std"]), interpolation=cfg.get("interpolation", "bicubic"))
     if not train:
-        # arrays are stored at their native size: resize only, no centre crop of the small images
-        return create_transform(**kwargs, is_training=False,
-                                crop_pct=1.0 if desc["kind"] == "arrays" else aug.get("crop_pct", 0.875))
-    auto = aug.get("randaugment") or None
-    return create_transform(**kwargs, is_training=True, scale=tuple(aug.get("crop_scale", (0.08, 1.0))),
-                            hflip=aug.get("hflip", 0.5), auto_augment=auto, re_prob=aug.get("random_erasing", 0.0),
+        return create_transform(**kwargs, is_training=False, crop_pct=0.875)
+    return create_transform(**kwargs, is_training=True, scale=tuple(cfg["crop_scale"]), hflip=cfg["hflip"],
+                            auto_augment=cfg["randaugment"] or None, re_prob=cfg["random_erasing"],
                             re_mode="pixel", re_count=1)
 
 
-def eval_tensor_batches(dataset: Dataset, batch_size: int):
-    """Yield (images, labels) batches of a transformed dataset in order."""
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
-    yield from loader
+def train_batches(prepared: str | Path, img_size: int, train: dict, *, seed: int, rank: int = 0, world: int = 1,
+                  pin_memory: bool = False):
+    prepared = Path(prepared)
+    desc = describe_prepared(prepared)
+    common = dict(batch_size=train["batch_size"], seed=seed, rank=rank, world=world, repeats=train["repeated_aug"],
+                  max_steps=train["steps_per_epoch"])
+    if desc["kind"] == "arrays":
+        images, labels = load_arrays(prepared, "train")
+        aug = BatchAugment.from_train(train, img_size, desc["mean"], desc["std"])
+        return TensorBatches(images, labels, aug, randaugment=train["randaugment"], **common)
+    return FolderBatches(prepared, timm_transform(True, img_size, desc, train), workers=train["workers"],
+                         pin_memory=pin_memory, **common)
+
+
+def eval_batches(prepared: str | Path, split: str, img_size: int, batch_size: int, *, limit: int | None = None,
+                 interpolation: str = "bilinear", workers: int = 0):
+    """(images, labels) batches of a split in order, without augmentation; the first `limit` images only."""
+    prepared = Path(prepared)
+    desc = describe_prepared(prepared)
+    if desc["kind"] == "arrays":
+        images, labels = load_arrays(prepared, split)
+        n = len(labels) if limit is None else min(limit, len(labels))
+        for i in range(0, n, batch_size):
+            j = min(i + batch_size, n)
+            yield resize_eval(images[i:j], img_size, desc["mean"], desc["std"], interpolation), labels[i:j]
+        return
+    data = ManifestImages(prepared, IMAGENET_SPLITS[split], timm_transform(False, img_size, desc,
+                                                                           {"interpolation": interpolation}))
+    if limit is not None:
+        data = torch.utils.data.Subset(data, range(min(limit, len(data))))
+    yield from torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=workers)

@@ -13,30 +13,18 @@ from __future__ import annotations
 import csv
 import hashlib
 import shutil
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from itervision.data.datasets import list_images, load_torchvision, read_class_list
+from itervision.data.registry import facts
+from itervision.data.sources import list_images, load_source, read_class_list
 from itervision.errors import UserError
-from itervision.io import write_json
+from itervision.io import commit_dir, fresh_temp_dir, write_json
 
 SPLITS = ("train", "calib", "test")
-
-
-def _tmp_dir(out: Path) -> Path:
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    return tmp
-
-
-def _commit_dir(tmp: Path, out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
 
 
 def _resolve_classes(requested, available: list[str]) -> list[int]:
@@ -80,22 +68,24 @@ def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_c
                        test_per_class, seed: int, root: str | None = None, cache_root: str = "data/raw",
                        download: bool = False) -> dict:
     out = Path(out)
-    info, source = load_torchvision(name, root, cache_root, download)
-    class_idx = _resolve_classes(classes, list(info.classes))
+    class_names, source = load_source(name, root, cache_root, download)
+    info = facts(name)
+    class_idx = _resolve_classes(classes, class_names)
     remap = {c: i for i, c in enumerate(class_idx)}
     rng = np.random.default_rng(seed)
     train_labels = source["train"][1]
     calib_ids, train_ids = _draw_per_class(train_labels, class_idx, [calib_per_class, train_per_class], rng)
     (test_ids,) = _draw_per_class(source["test"][1], class_idx, [test_per_class], rng)
     picks = {"train": ("train", train_ids), "calib": ("train", calib_ids), "test": ("test", test_ids)}
-    tmp = _tmp_dir(out)
+    tmp = fresh_temp_dir(out)
     manifest = {
-        "dataset": name, "seed": seed, "classes": [info.classes[c] for c in class_idx],
+        "dataset": name, "seed": seed, "classes": [class_names[c] for c in class_idx],
         "source_class_indices": class_idx, "channels": info.channels, "native_size": info.native_size,
         "mean": list(info.mean), "std": list(info.std), "splits": {},
     }
     for split, (src_split, ids) in picks.items():
         images, labels = source[src_split]
+        ids = ids[rng.permutation(len(ids))]  # a seeded random order: any prefix is a sample of every class
         x = np.ascontiguousarray(images[ids])
         y = np.array([remap[int(v)] for v in labels[ids]], dtype=np.int64)
         np.savez(tmp / f"{split}.npz", images=x, labels=y, source_index=ids.astype(np.int64))
@@ -105,7 +95,7 @@ def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_c
             "sha1": hashlib.sha1(x.tobytes() + y.tobytes()).hexdigest(),
         }
     write_json(tmp / "manifest.json", manifest)
-    _commit_dir(tmp, out)
+    commit_dir(tmp, out)
     return manifest
 
 
@@ -155,11 +145,11 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
                         + "; fix the class list or the ImageNet root")
     rng = np.random.default_rng(seed)
-    tmp = _tmp_dir(out)
+    tmp = fresh_temp_dir(out)
     jobs, rows = [], []
     for ci, syn in enumerate(synsets):
         train_files = list_images(root / "train" / syn)
-        if len(train_files) <= holdout_per_class + calib_per_class:
+        if len(train_files) < holdout_per_class + calib_per_class + 1:
             shutil.rmtree(tmp)
             raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out "
                             f"{holdout_per_class + calib_per_class}; lower holdout_per_class/calib_per_class")
@@ -186,13 +176,14 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
         shutil.rmtree(tmp)
         raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
                         f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
-    with open(tmp / "manifest.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "class_index", "synset", "split"])
-        writer.writerows(good_rows)
     counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
     for _, _, syn, split in good_rows:
         counts[split][syn] += 1
+    _check_class_counts(counts, holdout_per_class, calib_per_class, tmp)
+    with open(tmp / "manifest.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "class_index", "synset", "split", "bytes"])
+        writer.writerows(row + ((tmp / row[0]).stat().st_size,) for row in good_rows)
     summary = {
         "class_list": str(class_list), "classes": synsets, "seed": seed, "short_side": short_side,
         "holdout_per_class": holdout_per_class, "calib_per_class": calib_per_class,
@@ -200,5 +191,30 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
         "per_class": counts, "bad_images": bad,
     }
     write_json(tmp / "summary.json", summary)
-    _commit_dir(tmp, out)
+    commit_dir(tmp, out)
     return summary
+
+
+def _check_class_counts(counts: dict, holdout: int, calib: int, tmp: Path) -> None:
+    """Fail when a class has no usable image in a split that must hold some (train; val or the hold-out,
+    which make the evaluation set; calib when asked for); warn when the corrupt files took some."""
+    empty = []
+    for syn in counts["train"]:
+        if counts["train"][syn] == 0:
+            empty.append(f"{syn} has no usable train image")
+        if counts["val"][syn] + counts["holdout"][syn] == 0:
+            empty.append(f"{syn} has no evaluation image (no val images and no hold-out)")
+        if calib and counts["calib"][syn] == 0:
+            empty.append(f"{syn} has no calibration image")
+    if empty:
+        shutil.rmtree(tmp)
+        raise UserError(f"class {empty[0]}" + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+                        + "; every class needs images in every split: fix the source folder or the class list")
+    short = [syn for syn in counts["holdout"] if counts["holdout"][syn] < holdout or counts["calib"][syn] < calib]
+    no_val = [syn for syn in counts["val"] if counts["val"][syn] == 0]
+    if short:
+        print(f"warning: {len(short)} classes (first {short[0]}) lost hold-out or calibration images to unreadable "
+              f"files", file=sys.stderr)
+    if no_val:
+        print(f"warning: {len(no_val)} classes (first {no_val[0]}) have no val images; their evaluation images "
+              f"are the hold-out alone", file=sys.stderr)

@@ -1,18 +1,40 @@
-"""Atomic checkpoints that refuse to resume a different configuration."""
+"""Atomic training checkpoints that resume only the exact same run.
+
+A checkpoint carries a fingerprint of everything that shapes training: the resolved model and train
+configuration, the seed and world size, the prepared data's content hash (from its manifest) and a hash of
+the code that trains (the source of models/, engine/ and data/, and of the config schema). A checkpoint
+with another fingerprint is never resumed: the run starts over. The run stage deletes the checkpoint once the
+run's outputs are complete, so a finished run never leaves one behind to be picked up later.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import torch
 
 from itervision.errors import UserError
-from itervision.io import atomic_path
+from itervision.io import atomic_path, remove_stale_temps
+
+PACKAGE = Path(__file__).resolve().parents[1]
+TRAINING_CODE = ("models", "engine", "data", "schema.py")
 
 
-def config_fingerprint(*parts) -> str:
-    """A short hash of everything that defines a run (model config, train params, data manifest, seed)."""
+def code_fingerprint() -> str:
+    """Hash of the source files that shape training (file names and contents, in a fixed order)."""
+    digest = hashlib.sha256()
+    for part in TRAINING_CODE:
+        root = PACKAGE / part
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        for f in files:
+            digest.update(str(f.relative_to(PACKAGE)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(**parts) -> str:
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -22,25 +44,23 @@ def save_checkpoint(path: str | Path, state: dict) -> None:
         torch.save(state, tmp)
 
 
-def load_checkpoint(path: str | Path, fingerprint: str | None = None) -> dict | None:
-    """The checkpoint at `path`, or None if absent or written for another configuration."""
+def load_checkpoint(path: str | Path, fingerprint: str) -> dict | None:
+    """The checkpoint at `path` if it belongs to this exact run, else None (absent or another fingerprint).
+    Stale temp files of interrupted writes are removed."""
     path = Path(path)
+    remove_stale_temps(path)
     if not path.exists():
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated or foreign file
-        raise UserError(f"checkpoint {path} is unreadable ({type(err).__name__}); delete it to start over") from None
-    if fingerprint is not None and state.get("fingerprint") != fingerprint:
-        return None
-    return state
+    except Exception as err:  # truncated, foreign or unsafe file
+        raise UserError(f"checkpoint {path} is unreadable ({type(err).__name__}); delete it to start the run "
+                        f"over (`rm -r {path.parent}`)") from None
+    if not isinstance(state, dict) or "fingerprint" not in state:
+        raise UserError(f"checkpoint {path} is not a training checkpoint of this project; delete it to start the "
+                        f"run over (`rm -r {path.parent}`)")
+    return state if state["fingerprint"] == fingerprint else None
 
 
-def load_weights(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"weights {path} not found; run the training stage first")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise UserError(f"weights {path} are unreadable ({type(err).__name__}); re-run training") from None
+def remove_checkpoints(ckpt_dir: str | Path) -> None:
+    shutil.rmtree(ckpt_dir, ignore_errors=True)

@@ -1,18 +1,17 @@
-"""Training loop for every model family: the SparseFormer recipe built from timm pieces.
+"""Training loop for every model family: the SparseFormer recipe, one loop read top to bottom.
 
-Read top to bottom: set-up (seed, model, data, optimiser, schedule, mixup, EMA) -> resume -> epochs
-(forward all exits, weighted soft-target CE + auxiliary losses, clip, step, per-iteration schedule) ->
-checkpoint every epoch -> final weights and per-epoch log.
+set-up (seed, model, batches, optimiser, schedule, soft targets, EMA) -> resume -> steps (lr of the step,
+soft targets, forward all exits, weighted soft-target CE + auxiliary losses, clip, step) -> at each curve
+point the last exit's top-1 on a fixed slice of calib and test -> a checkpoint at every curve point and
+epoch end -> final weights and log.
 
-Determinism and pairing: the run seed sets the initialisation, the sampler order (seed, epoch) and the
-augmentation streams; every epoch re-seeds all generators from (seed, epoch, rank), so a run resumed from
-an epoch checkpoint replays exactly what an uninterrupted run does. Augmentation runs in DataLoader workers
-seeded from a generator of their own, so two variants with the same seed see the same images and
-augmentations, whatever randomness their forward pass uses.
+Determinism and pairing: the run seed sets the initialisation, the image order and every augmentation
+(batch b of epoch e is a pure function of (seed, e, b, rank), see data/loaders.py). The forward pass's own
+randomness (drop path) is re-seeded at each epoch start from (seed, epoch, rank), and checkpoints keep the
+generator states, so a run resumed from any checkpoint replays exactly what an uninterrupted run does.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -20,24 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
-from itervision.data.loaders import SeededDraws, build_transform, dataset_description, open_split
-from itervision.engine.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
-from itervision.engine.distributed import (RepeatedAugmentationSampler, all_reduce_mean, cleanup, init_distributed,
-                                           is_main)
+from itervision.data.loaders import batch_seed, describe_prepared, eval_batches, global_seed, train_batches
+from itervision.engine.checkpoint import code_fingerprint, load_checkpoint, run_fingerprint, save_checkpoint
+from itervision.engine.distributed import all_gather_objects, all_reduce_mean, init_distributed, is_main
+from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, lr_at, peak_lr, soft_target_ce
 from itervision.errors import UserError
-from itervision.io import atomic_path, write_json, write_text
-from itervision.models import build_model
-
-TRAIN_DEFAULTS = {
-    "epochs": 2, "batch_size": 128, "lr": 1e-3, "lr_batch": 128, "min_lr": 1e-5, "warmup_epochs": 0.0,
-    "warmup_lr": 1e-6, "weight_decay": 0.05, "randaugment": "rand-m9-mstd0.5-inc1", "crop_scale": [0.08, 1.0],
-    "hflip": 0.5, "interpolation": "bicubic", "mixup": 0.8, "cutmix": 1.0, "mix_prob": 1.0,
-    "label_smoothing": 0.1, "random_erasing": 0.25, "repeated_aug": 3, "clip_grad": 5.0, "amp": "none",
-    "ema": False, "ema_decay": 0.9998, "workers": 0, "threads": 0,
-}
+from itervision.evaluation.predict import predict_exits, top1_per_exit
+from itervision.models.registry import build_model
+from itervision.runs import RunRecord
 
 
 class TrainingDiverged(UserError):
@@ -55,192 +46,185 @@ def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     return ((seed * 1_000_003 + epoch) * 1009 + rank + 1) % (2 ** 31)
 
 
-def resolve_train_config(train: dict) -> dict:
-    unknown = sorted(set(train) - set(TRAIN_DEFAULTS))
-    if unknown:
-        raise UserError(f"unknown train keys {', '.join(unknown)}; valid keys: {', '.join(sorted(TRAIN_DEFAULTS))}")
-    cfg = {**TRAIN_DEFAULTS, **train}
-    if cfg["amp"] not in ("none", "bf16", "fp16"):
-        raise UserError(f"train.amp must be none, bf16 or fp16, got {cfg['amp']!r}")
-    if cfg["batch_size"] < 2 or (cfg["mixup"] or cfg["cutmix"]) and cfg["batch_size"] % 2:
-        raise UserError("train.batch_size must be even and >= 2 (mixup pairs images within a batch)")
-    return cfg
+def process_age() -> float | None:
+    """Seconds since this process started (Linux), for the start-up time of a run."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def soft_target_ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return torch.sum(-target * F.log_softmax(logits.float(), dim=-1), dim=-1).mean()
+def curve_steps(total: int, points: int) -> list[int]:
+    """Evenly spaced steps of the learning curve, the last at the end of training."""
+    return sorted({max(1, round(total * i / points)) for i in range(1, points + 1)}) if points else []
 
 
-def _faults() -> dict:
-    """Fault injection for tests: ITERVISION_FAULT='crash_at_step=5' or 'nan_at_step=3'."""
-    spec = os.environ.get("ITERVISION_FAULT", "")
-    out = {}
-    for part in filter(None, spec.split(",")):
-        key, _, value = part.partition("=")
-        out[key.strip()] = int(value)
-    return out
+def _rng_state(device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
 
 
-def build_optimizer(model, cfg: dict, world: int):
-    from timm.optim import create_optimizer_v2
-
-    lr = cfg["lr"] * cfg["batch_size"] * world / cfg["lr_batch"]  # linear scaling with the global batch
-    # timm: no weight decay on 1-D parameters (norms, biases) and on names in model.no_weight_decay() (boxes)
-    return create_optimizer_v2(model, "adamw", lr=lr, weight_decay=cfg["weight_decay"])
+def _set_rng_state(state: dict, device) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def train_run(*, model_name: str, model_cfg: dict, train_cfg: dict, prepared: str | Path, seed: int,
-              out_dir: str | Path, ckpt_dir: str | Path, progress: bool = True) -> dict:
-    """Train one (model, seed). Writes out_dir/{final_weights.pt, train_log.csv, train_log.json}."""
-    from timm.data import Mixup
-    from timm.scheduler import CosineLRScheduler
-    from timm.utils import ModelEmaV3
+def train_run(*, record: RunRecord, model_cfg: dict, train_cfg: dict, prepared: str | Path, progress: bool = True,
+              step_hook=None) -> dict:
+    """Train one run; rank 0 writes its weights and training log into the run folder and returns the log.
 
-    cfg = resolve_train_config(train_cfg)
-    prepared, out_dir, ckpt_dir = Path(prepared), Path(out_dir), Path(ckpt_dir)
+    `step_hook(step, loss) -> loss` is for tests (inject a NaN, stop the process at a step)."""
+    cfg, model_name, seed = train_cfg, record.model, record.seed
+    prepared = Path(prepared)
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
     rank, world, device = init_distributed()
-    desc = dataset_description(prepared)
+    desc = describe_prepared(prepared)
     num_classes = len(desc["classes"])
-    fingerprint = config_fingerprint(model_cfg, cfg, desc, seed, world)
+    fingerprint = run_fingerprint(model=model_cfg, train=cfg, data=desc["fingerprint"], seed=seed, world=world,
+                                  code=code_fingerprint())
 
     # ---- model, data, optimiser, schedule
     seed_everything(seed)
-    model = build_model(model_cfg, num_classes, desc["channels"]).to(device)
-    raw_model = model
+    raw_model = build_model(model_cfg, num_classes, desc["channels"]).to(device)
+    model = raw_model
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.index is not None
-                                                          else None)
-    img_size = model_cfg["img_size"]
-    train_set = SeededDraws(open_split(prepared, "train", build_transform(True, img_size, desc, cfg)))
-    sampler = RepeatedAugmentationSampler(len(train_set), world, rank, seed, repeats=cfg["repeated_aug"])
-    loader = torch.utils.data.DataLoader(train_set, batch_size=cfg["batch_size"], sampler=sampler, drop_last=True,
-                                         num_workers=cfg["workers"], persistent_workers=False,  # workers must see epoch_seed
-                                         pin_memory=device.type == "cuda")
-    steps_per_epoch = len(loader)
+        model = torch.nn.parallel.DistributedDataParallel(raw_model, device_ids=[device.index]
+                                                          if device.index is not None else None)
+    batches = train_batches(prepared, model_cfg["img_size"], cfg, seed=seed, rank=rank, world=world,
+                            pin_memory=device.type == "cuda")
+    steps_per_epoch = len(batches)
     if steps_per_epoch == 0:
-        raise UserError(f"train split has {len(train_set)} images, fewer than one batch of {cfg['batch_size']}")
-    total_steps = cfg["epochs"] * steps_per_epoch
+        raise UserError(f"the train split of {prepared} has fewer images than one batch of {cfg['batch_size']} "
+                        f"per process; lower train.batch_size")
+    total = cfg["epochs"] * steps_per_epoch
+    warmup = int(cfg["warmup_epochs"] * steps_per_epoch)
     optimizer = build_optimizer(raw_model, cfg, world)
-    scheduler = CosineLRScheduler(optimizer, t_initial=total_steps, lr_min=cfg["min_lr"],
-                                  warmup_t=int(cfg["warmup_epochs"] * steps_per_epoch),
-                                  warmup_lr_init=cfg["warmup_lr"], t_in_epochs=False)
-    mixup = None
-    if cfg["mixup"] > 0 or cfg["cutmix"] > 0:
-        mixup = Mixup(mixup_alpha=cfg["mixup"], cutmix_alpha=cfg["cutmix"], prob=cfg["mix_prob"],
-                      label_smoothing=cfg["label_smoothing"], num_classes=num_classes)
-    ema = ModelEmaV3(raw_model, decay=cfg["ema_decay"]) if cfg["ema"] else None
+    peak = peak_lr(cfg, world)
+    targets = SoftTargets(cfg, num_classes)
+    ema = build_ema(raw_model, cfg["ema_decay"]) if cfg["ema"] else None
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["amp"])
     scaler = torch.amp.GradScaler(device.type, enabled=cfg["amp"] == "fp16" and device.type == "cuda")
-    weights = torch.tensor(raw_model.exit_loss_weights())
+    weights = torch.tensor(raw_model.exit_loss_weights(), device=device)
+    curve_at = curve_steps(total, cfg["curve_points"])
+
+    def curve_point(step: int) -> dict:
+        scored = ema.module if ema is not None else raw_model
+        row = {"step": step, "images": step * cfg["batch_size"] * world}
+        for split in ("calib", "test"):
+            pred = predict_exits(scored, eval_batches(prepared, split, model_cfg["img_size"], 512,
+                                                      limit=cfg["curve_images"], interpolation=cfg["interpolation"]))
+            row[f"{split}_top1"] = top1_per_exit(pred)[-1]
+        return row
 
     # ---- resume
-    ckpt_path = ckpt_dir / "last.pt"
-    log_rows, start_epoch = [], 0
+    ckpt_path = record.checkpoint_dir / "last.pt"
+    step, log, curve, acc = 0, [], [], None
     state = load_checkpoint(ckpt_path, fingerprint)
     if state is not None:
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         if ema is not None:
             ema.load_state_dict(state["ema"])
-        log_rows, start_epoch = state["log"], state["epoch"] + 1
+        step, log, curve, acc = state["step"], state["log"], state["curve"], state["epoch_acc"]
+        _set_rng_state(state["rng"][rank], device)
         if is_main() and progress:
-            tqdm.write(f"resuming {model_name} seed {seed} after epoch {start_epoch}")
+            tqdm.write(f"resuming {model_name} seed {seed} at step {step} of {total}")
 
-    faults = _faults()
-    step = start_epoch * steps_per_epoch
-    for epoch in range(start_epoch, cfg["epochs"]):
-        seed_everything(epoch_seed(seed, epoch, rank))
-        train_set.epoch_seed = epoch_seed(seed, epoch)  # augmentation: same for every rank layout
-        sampler.set_epoch(epoch)
+    startup, saved_step = process_age(), step
+    while step < total:
+        epoch, start = divmod(step, steps_per_epoch)
+        if start == 0:
+            seed_everything(epoch_seed(seed, epoch, rank))  # drop path etc. of this epoch
+            acc = {"loss": 0.0, "aux": 0.0, "exit_loss": [0.0] * len(weights), "images": 0, "seconds": 0.0}
         model.train()
-        exit_loss_sum = torch.zeros(len(weights))
-        aux_sum, images, t0 = 0.0, 0, time.perf_counter()
-        bar = tqdm(loader, desc=f"{model_name} s{seed} ep {epoch + 1}/{cfg['epochs']}", leave=False,
-                   disable=not (progress and is_main()), mininterval=2.0)
-        for img, target in bar:
-            img, target = img.to(device, non_blocking=True), target.to(device, non_blocking=True)
-            if mixup is not None:
-                img, soft = mixup(img, target)
-            else:
-                soft = F.one_hot(target, num_classes).float() * (1 - cfg["label_smoothing"]) \
-                    + cfg["label_smoothing"] / num_classes
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                out = model(img)
-            exit_losses = torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])
-            loss = (weights.to(device) * exit_losses).sum() + out["aux_loss"].float()
-            if faults.get("nan_at_step") == step:
-                loss = loss * float("nan")
-            if faults.get("crash_at_step") == step:
-                os._exit(137)  # simulate a kill (SIGKILL-like: no clean-up, no checkpoint)
-            reduced = all_reduce_mean(torch.cat([loss.detach()[None], exit_losses.detach()]).float()).cpu()
-            if not torch.isfinite(reduced[0]):
-                good = f"{ckpt_path} (after epoch {log_rows[-1]['epoch']})" if log_rows else "none yet"
-                raise TrainingDiverged(
-                    f"loss is {reduced[0].item()} at epoch {epoch + 1}, step {step - epoch * steps_per_epoch + 1} "
-                    f"(global step {step + 1}) of {model_name} seed {seed}; last good checkpoint: {good}; "
-                    f"lower train.lr or raise train.warmup_epochs")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg["clip_grad"]:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["clip_grad"])
-            scaler.step(optimizer)
-            scaler.update()
-            step += 1
-            scheduler.step_update(step)
-            if ema is not None:
-                ema.update(raw_model, step=step)
-            exit_loss_sum += reduced[1:]
-            aux_sum += float(out["aux_loss"].detach())
-            images += img.shape[0] * world
-            bar.set_postfix(loss=f"{reduced[0].item():.3f}", img_s=f"{images / (time.perf_counter() - t0):.0f}",
-                            refresh=False)  # the bar redraws at most every 2 s
-        seconds = time.perf_counter() - t0
-        n = steps_per_epoch
-        row = {"epoch": epoch + 1, "loss": float((weights * exit_loss_sum / n).sum() + aux_sum / n),
-               "aux_loss": aux_sum / n, "lr": optimizer.param_groups[0]["lr"], "images": images,
-               "seconds": seconds, "images_per_s": images / seconds}
-        row.update({f"loss_exit{i + 1}": float(v / n) for i, v in enumerate(exit_loss_sum)})
-        log_rows.append(row)
-        if is_main():
-            save_checkpoint(ckpt_path, {
-                "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                "ema": ema.state_dict() if ema is not None else None, "epoch": epoch, "log": log_rows,
-                "fingerprint": fingerprint})
-            if progress:
-                tqdm.write(f"{model_name} s{seed} epoch {epoch + 1}/{cfg['epochs']}: loss {row['loss']:.4f} "
-                           f"{row['images_per_s']:.0f} img/s {seconds:.1f} s")
-        if world > 1:
-            torch.distributed.barrier()
+        with tqdm(total=steps_per_epoch, initial=start, desc=f"{model_name} s{seed} ep {epoch + 1}/{cfg['epochs']}",
+                  leave=False, disable=not (progress and is_main()), mininterval=2.0, unit="step") as bar:
+            t0 = time.perf_counter()
+            for b, img, target in batches.epoch(epoch, start):
+                lr = lr_at(step, total, warmup, peak, cfg["min_lr"], cfg["warmup_lr"])
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                img, target = img.to(device, non_blocking=True), target.to(device, non_blocking=True)
+                with global_seed(batch_seed(seed, epoch, b, rank)):  # mixup draws from NumPy's generator
+                    img, soft = targets(img, target)
+                with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                    out = model(img)
+                exit_losses = torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])
+                loss = (weights * exit_losses).sum() + out["aux_loss"].float()
+                if step_hook is not None:
+                    loss = step_hook(step, loss)
+                reduced = all_reduce_mean(torch.cat([loss.detach()[None], exit_losses.detach(),
+                                                     out["aux_loss"].detach().float()[None]]).float()).cpu()
+                if not torch.isfinite(reduced[0]):
+                    good = f"{ckpt_path} (step {saved_step})" if saved_step else "none yet"
+                    raise TrainingDiverged(
+                        f"loss is {reduced[0].item()} at epoch {epoch + 1}, step {b + 1} (global step {step + 1}) of "
+                        f"{model_name} seed {seed}; last good checkpoint: {good}; lower train.lr or raise "
+                        f"train.warmup_epochs")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if cfg["clip_grad"]:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["clip_grad"])
+                scaler.step(optimizer)
+                scaler.update()
+                if ema is not None:
+                    ema.update_parameters(raw_model)
+                step += 1
+                acc["loss"] += reduced[0].item()
+                acc["exit_loss"] = [a + v for a, v in zip(acc["exit_loss"], reduced[1:-1].tolist())]
+                acc["aux"] += reduced[-1].item()
+                acc["images"] += img.shape[0] * world
+                now = time.perf_counter()
+                bar.update()
+                bar.set_postfix(loss=f"{reduced[0].item():.3f}",
+                                img_s=f"{acc['images'] / (acc['seconds'] + now - t0):.0f}", refresh=False)
+                epoch_end = b == steps_per_epoch - 1
+                if step in curve_at or epoch_end:
+                    acc["seconds"] += now - t0  # curve points and checkpoints are not training time
+                    if epoch_end:
+                        n = steps_per_epoch
+                        row = {"epoch": epoch + 1, "loss": acc["loss"] / n, "aux_loss": acc["aux"] / n, "lr": lr,
+                               "images": acc["images"], "seconds": acc["seconds"],
+                               "images_per_s": acc["images"] / acc["seconds"]}
+                        row.update({f"loss_exit{i + 1}": v / n for i, v in enumerate(acc["exit_loss"])})
+                        log.append(row)
+                        if progress and is_main():
+                            tqdm.write(f"{model_name} s{seed} epoch {epoch + 1}/{cfg['epochs']}: loss {row['loss']:.4f}, "
+                                       f"{row['images_per_s']:.0f} img/s, {row['seconds']:.1f} s")
+                    if step in curve_at and is_main():
+                        curve.append(curve_point(step))
+                    rng = all_gather_objects(_rng_state(device))
+                    if is_main():
+                        save_checkpoint(ckpt_path, {
+                            "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "scaler": scaler.state_dict(), "ema": ema.state_dict() if ema is not None else None,
+                            "step": step, "log": log, "curve": curve, "epoch_acc": acc, "rng": rng,
+                            "fingerprint": fingerprint})
+                    saved_step = step
+                    t0 = time.perf_counter()
 
     summary = {}
     if is_main():
-        final = (ema.module if ema is not None else raw_model).state_dict()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out_dir / "final_weights.pt") as tmp:
-            torch.save(final, tmp)
-        timed = log_rows[1:] or log_rows  # the first epoch includes warm-up effects
+        timed = log[1:] or log  # the first epoch includes warm-up effects
         summary = {
             "model": model_name, "seed": seed, "world_size": world, "fingerprint": fingerprint,
-            "epochs": cfg["epochs"], "steps_per_epoch": steps_per_epoch,
+            "data_fingerprint": desc["fingerprint"], "epochs": cfg["epochs"], "steps_per_epoch": steps_per_epoch,
+            "global_batch": cfg["batch_size"] * world, "images_seen": total * cfg["batch_size"] * world,
+            "train_images": desc["counts"].get("train"), "seconds": sum(r["seconds"] for r in log),
             "seconds_per_epoch": float(np.mean([r["seconds"] for r in timed])),
             "images_per_s": float(np.mean([r["images_per_s"] for r in timed])),
-            "final_loss": log_rows[-1]["loss"] if log_rows else None, "log": log_rows,
+            "startup_seconds": startup, "final_loss": log[-1]["loss"], "log": log, "curve": curve,
         }
-        cols = list(log_rows[0]) if log_rows else []
-        write_text(out_dir / "train_log.csv", ",".join(cols) + "\n"
-                   + "".join(",".join(f"{r[c]:.6g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + "\n"
-                             for r in log_rows))
-        write_json(out_dir / "train_log.json", summary)
+        record.write_weights((ema.module if ema is not None else raw_model).state_dict())
+        record.write_train_log(summary)
     if world > 1:
         torch.distributed.barrier()
     return summary
-
-
-def finish() -> None:
-    cleanup()

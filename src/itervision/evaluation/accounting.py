@@ -8,15 +8,29 @@ and are checked against fvcore and against the parameter count of the built mode
 """
 from __future__ import annotations
 
-from itervision.models.recursive import RecursiveConfig, formula_sparsity
+import dataclasses
+
+from itervision.models.configs import EncoderConfig, RecursiveConfig
+
+SA_MLP_RATIO = 4.0  # the paper's SA-MLP block: MLP d -> 4d -> d (8 d^2 of its 12 d^2 parameters)
 
 
-def encoder_macs(cfg: RecursiveConfig) -> int:
+def formula_sparsity(steps: int, topk: int) -> list[float]:
+    """rho_t = max(0, 1 - k / L_t), L_t = t + 2."""
+    return [max(0.0, 1.0 - topk / (t + 2)) for t in range(1, steps + 1)]
+
+
+def encoder_macs(cfg: RecursiveConfig | EncoderConfig) -> int:
     macs, res, c = 0, cfg.img_size, cfg.in_chans
     for w in cfg.encoder_widths:
         macs += res * res * c * w * 9  # conv3x3, padding 1, at the stage's input resolution
         res, c = res // 2, w
     return macs + c * cfg.dim  # projection after global average pooling
+
+
+def encoder_only_macs(cfg: EncoderConfig) -> int:
+    """The encoder-only baseline: the encoder and the head."""
+    return encoder_macs(cfg) + cfg.dim * cfg.num_classes
 
 
 def block_macs(cfg: RecursiveConfig, L: int) -> dict:
@@ -30,8 +44,7 @@ def block_macs(cfg: RecursiveConfig, L: int) -> dict:
     if cfg.ffn == "mlp":
         ffn = {"ffn": 2 * d * int(d * cfg.mlp_ratio) * L, "router": 0}
     else:
-        h = cfg.expert_hidden or d
-        ffn = {"ffn": cfg.experts_per_token * 2 * d * h * L, "router": d * cfg.experts * L}
+        ffn = {"ffn": cfg.experts_per_token * 2 * d * d * L, "router": d * cfg.experts * L}
     return {**attn, **ffn}
 
 
@@ -52,15 +65,18 @@ def macs_per_step(cfg: RecursiveConfig) -> list[int]:
 
 
 def block_mac_ratio(cfg: RecursiveConfig) -> float:
-    """This model's block MACs over the dense SA-MLP block at the same size, summed over the steps."""
-    dense = RecursiveConfig(**{**cfg.__dict__, "attention": "dense", "ffn": "mlp"})
+    """This model's block MACs over the paper's SA-MLP block (dense attention, MLP d -> 4d -> d) at the same
+    width, summed over the steps."""
+    dense = dataclasses.replace(cfg, attention="dense", topk=None, dsa_kernel=None, indexer_kl_weight=None,
+                                ffn="mlp", mlp_ratio=SA_MLP_RATIO, experts=None, experts_per_token=None,
+                                balance_weight=None)
     Ls = range(3, cfg.steps + 3)
     return sum(sum(block_macs(cfg, L).values()) for L in Ls) / sum(sum(block_macs(dense, L).values()) for L in Ls)
 
 
 def expert_params(cfg: RecursiveConfig) -> int:
-    h = cfg.expert_hidden or cfg.dim
-    return 2 * cfg.dim * h + h + cfg.dim
+    """One expert d -> d -> d with biases."""
+    return 2 * cfg.dim * cfg.dim + 2 * cfg.dim
 
 
 def analytic_params(cfg: RecursiveConfig) -> dict:

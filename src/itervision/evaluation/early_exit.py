@@ -1,4 +1,5 @@
-"""Confidence-threshold early exit over per-exit predictions (no model re-run).
+"""Confidence-threshold early exit over per-exit predictions (no model re-run; NumPy only, so the aggregate
+stage reads it without torch).
 
 An image stops at the first exit whose top softmax probability reaches the threshold (the last exit if none
 does) and pays the cumulative cost of that exit.
@@ -6,7 +7,6 @@ does) and pays the cumulative cost of that exit.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 DEFAULT_THRESHOLDS = tuple(np.round(np.concatenate([np.linspace(0.0, 0.9, 10), [0.95, 0.97, 0.98, 0.99, 0.995,
                                                                                 0.999, 1.01]]), 4))
@@ -14,7 +14,7 @@ DEFAULT_THRESHOLDS = tuple(np.round(np.concatenate([np.linspace(0.0, 0.9, 10), [
 
 def exit_index(probs: np.ndarray, threshold: float) -> np.ndarray:
     """probs (N, E) top softmax probability per exit -> index of the exit each image stops at."""
-    reached = probs >= threshold
+    reached = np.asarray(probs) >= threshold
     reached[:, -1] = True
     return reached.argmax(1)
 
@@ -25,8 +25,10 @@ def early_exit(pred: np.ndarray, probs: np.ndarray, threshold: float) -> tuple[n
     return pred[np.arange(len(idx)), idx], idx
 
 
-def early_exit_model(model, img: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+def early_exit_model(model, img, threshold: float):
     """Run a model and stop each image at its first confident exit: (predictions, exit index)."""
+    import torch
+
     with torch.no_grad():
         logits = torch.stack(model(img)["logits"], 1)  # B, E, C
     top, pred = logits.softmax(-1).max(-1)

@@ -4,7 +4,9 @@ fvcore has no handle for some ops; they are skipped silently in its default coun
 `aten::baddbmm`, SparseFormer's adaptive mixing, as in the published counts; the complete count registers a
 handle for it (batch * n * m * p multiply-adds, like bmm). fvcore already counts `aten::grid_sampler` as 4 per
 output element (bilinear); `aten::grid_sampler_2d`, which some traces emit instead, gets the same handle.
-`aten::scaled_dot_product_attention` is not used: attention is written with explicit matmuls.
+Attention uses torch's fused scaled_dot_product_attention, which fvcore does not count, except under
+torch.jit tracing, where models/layers.attend writes it as explicit matmuls; the MoE likewise runs its exact
+per-expert products under tracing (models/recursive.py), so the counts are of what the model computes.
 """
 from __future__ import annotations
 
@@ -35,9 +37,7 @@ COMPLETE_HANDLES = {"aten::baddbmm": baddbmm_flop, "aten::grid_sampler_2d": grid
 
 def run_to_exit(model, img, exit_index: int) -> list:
     """Logits of exits 1..exit_index+1, running only what those exits need (stem/encoder + steps or rounds)."""
-    if model.family == "sparseformer":
-        return model(img, rounds=exit_index + 1)["logits"]
-    return model(img, steps=exit_index + 1)["logits"]
+    return model(img, exits=exit_index + 1)["logits"]
 
 
 class _ExitWrapper(nn.Module):

@@ -1,6 +1,12 @@
-"""Wall-clock inference per exit: latency at batch 1 and throughput at a large batch, after warm-up."""
+"""Wall-clock inference per exit: latency at batch 1 and throughput at a large batch, after warm-up.
+
+Each exit runs only what it needs (stem/encoder and the first rounds or steps). Every repeat is timed on its
+own; the median is reported with the fastest and slowest beside it, since this machine's neighbours make
+single timings noisy.
+"""
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -13,27 +19,34 @@ def _sync(x):
         torch.cuda.synchronize(x.device)
 
 
-def _time(fn, x, warmup: int, repeats: int) -> float:
+def _timings(fn, x, warmup: int, repeats: int) -> list[float]:
     for _ in range(warmup):
         fn(x)
     _sync(x)
-    t0 = time.perf_counter()
+    out = []
     for _ in range(repeats):
+        t0 = time.perf_counter()
         fn(x)
-    _sync(x)
-    return (time.perf_counter() - t0) / repeats
+        _sync(x)
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 @torch.no_grad()
-def time_exits(model, batch: int = 256, warmup: int = 1, repeats: int = 5, latency_repeats: int = 20) -> list[dict]:
+def time_exits(model, batch: int, warmup: int, repeats: int, latency_repeats: int) -> list[dict]:
     model.eval()
     cfg = model.cfg
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size, generator=gen).to(device)
     rows = []
     for e in range(model.num_exits):
-        fn = lambda x, e=e: run_to_exit(model, x, e)  # noqa: E731
-        big = torch.randn(batch, cfg.in_chans, cfg.img_size, cfg.img_size, device=next(model.parameters()).device)
-        one = big[:1]
-        seconds = _time(fn, big, warmup, repeats)
-        latency = _time(fn, one, warmup, latency_repeats)
-        rows.append({"exit": e + 1, "images_per_s": batch / seconds, "latency_ms": latency * 1e3, "batch": batch})
+        def fn(x, e=e):
+            return run_to_exit(model, x, e)
+        through = _timings(fn, big, warmup, repeats)
+        latency = _timings(fn, big[:1], warmup, latency_repeats)
+        rows.append({"exit": e + 1, "batch": batch,
+                     "images_per_s": batch / statistics.median(through),
+                     "latency_ms": 1e3 * statistics.median(latency),
+                     "latency_ms_min": 1e3 * min(latency), "latency_ms_max": 1e3 * max(latency)})
     return rows

@@ -17,50 +17,13 @@ tiling); focus, cortex and head weights are shared by all rounds. A static Spars
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp, trunc_normal_
 
-
-@dataclass
-class SparseFormerConfig:
-    num_classes: int = 200
-    in_chans: int = 3
-    img_size: int = 192
-    stem_channels: int = 96
-    stem_kernel: int = 7
-    stem_stride: int = 2
-    stem_pool: bool = True
-    rounds: tuple = (9, 16, 25)  # tokens per round; each a perfect square (grid of boxes)
-    points: int = 36
-    focus_dim: int = 192
-    focus_heads: int = 6
-    focus_iters: int = 4
-    cortex_dim: int = 384
-    cortex_heads: int = 6
-    cortex_depth: int = 5
-    cortex_first_samples: bool = True
-    mlp_ratio: float = 4.0
-    memory: bool = True
-    memory_at: int = 0  # the memory read is inserted before this cortex block
-    memory_heads: int = 6
-    drop_path: float = 0.2
-    earlier_weight: float = 0.1  # L = CE(last) + w * mean CE(earlier rounds)
-
-    def __post_init__(self):
-        self.rounds = tuple(int(n) for n in self.rounds)
-        for n in self.rounds:
-            if int(math.isqrt(n)) ** 2 != n:
-                raise ValueError(f"round token count {n} is not a perfect square (boxes tile a g x g grid)")
-        if not 0 <= self.memory_at < max(1, self.cortex_depth):
-            raise ValueError(f"memory_at {self.memory_at} must index a cortex block (depth {self.cortex_depth})")
-        for dim, heads in ((self.focus_dim, self.focus_heads), (self.cortex_dim, self.cortex_heads),
-                           (self.cortex_dim, self.memory_heads)):
-            if dim % heads:
-                raise ValueError(f"width {dim} is not divisible by {heads} heads")
+from itervision.models.configs import SparseFormerConfig
+from itervision.models.layers import DropPath, Mlp, attend
 
 
 def tiling_boxes(n: int) -> torch.Tensor:
@@ -104,11 +67,11 @@ def sample_features(fmap: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head attention written with explicit matmuls (so fvcore counts the score and value products)."""
+    """Multi-head attention (fused product; explicit matmuls under tracing, so fvcore counts them)."""
 
     def __init__(self, dim: int, heads: int, kv_dim: int | None = None):
         super().__init__()
-        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.heads = heads
         self.q = nn.Linear(dim, dim)
         self.kv = nn.Linear(kv_dim or dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -125,8 +88,8 @@ class Attention(nn.Module):
             bk, bv = self.kv.bias.chunk(2)
             k = F.linear(ctx, wk, bk).view(B, ctx.shape[1], H, -1).transpose(1, 2)
             v = F.linear(value, wv, bv).view(B, value.shape[1], H, -1).transpose(1, 2)
-        attn = (q @ k.transpose(-2, -1) * self.scale).softmax(-1)
-        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, D))
+        out, _ = attend(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(B, N, D))
 
 
 class AdaptiveMixing(nn.Module):
@@ -178,7 +141,7 @@ class SamplingBlock(nn.Module):
         self.mixing = AdaptiveMixing(dim, channels, points)
         self.norm_mlp = nn.LayerNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = DropPath(drop_path)
         self.points = points
 
     def init_special(self):
@@ -206,7 +169,7 @@ class CortexBlock(nn.Module):
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(dim), Attention(dim, heads)
         self.norm2, self.mlp = nn.LayerNorm(dim), Mlp(dim, int(dim * mlp_ratio))
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = DropPath(drop_path)
 
     def forward(self, tokens, boxes, fmap):
         tokens = tokens + self.drop_path(self.attn(self.norm1(tokens)))
@@ -245,9 +208,7 @@ class Stem(nn.Module):
 
 
 class RecurrentSparseFormer(nn.Module):
-    """forward(img, rounds=None) -> {"logits": [R x (B, C)], "aux_loss": 0}; exits after every round."""
-
-    family = "sparseformer"
+    """forward(img, exits=None) -> {"logits": [one (B, C) per round], "aux_loss": 0}; an exit after every round."""
 
     def __init__(self, cfg: SparseFormerConfig):
         super().__init__()
@@ -272,7 +233,7 @@ class RecurrentSparseFormer(nn.Module):
         self.head = nn.Linear(cfg.cortex_dim, cfg.num_classes)
         self.apply(self._init_weights)
         for emb in self.token_embed:
-            trunc_normal_(emb, std=1.0)
+            nn.init.trunc_normal_(emb, std=1.0, a=-2.0, b=2.0)
         for m in self.modules():
             if isinstance(m, SamplingBlock):
                 m.init_special()
@@ -317,11 +278,12 @@ class RecurrentSparseFormer(nn.Module):
     def classify(self, tokens):
         return self.head(self.norm(tokens.mean(1)))
 
-    def forward(self, img, rounds: int | None = None):
+    def forward(self, img, exits: int | None = None):
+        """Run the first `exits` rounds (default: all); one logits tensor per round."""
         fmap = self.stem(img)  # once per image
         memory = memory_boxes = None
         logits = []
-        for r in range(rounds or len(self.cfg.rounds)):
+        for r in range(exits or len(self.cfg.rounds)):
             tokens, boxes = self.run_round(r, fmap, memory, memory_boxes)
             logits.append(self.classify(tokens))
             memory, memory_boxes = tokens, boxes  # only the previous round's cortex output carries over

@@ -1,4 +1,4 @@
-"""Formatting and writing tables (Markdown + CSV side by side), and reading per-run results."""
+"""Formatting and writing tables (Markdown + CSV side by side), and the published reference numbers."""
 from __future__ import annotations
 
 import csv
@@ -6,8 +6,7 @@ import io
 import math
 from pathlib import Path
 
-from itervision.errors import UserError
-from itervision.io import read_json, write_text
+from itervision.io import write_text
 
 
 def fmt_ci(stat: dict | None, scale: float = 100.0, digits: int = 2) -> str:
@@ -56,14 +55,19 @@ def write_table(stem: Path, title: str, columns: list[str], rows: list[list], no
     write_text(stem.with_suffix(".csv"), buf.getvalue())
 
 
-def load_run(run: dict) -> dict:
-    """metrics.json and train_log.json of one expected run; a clear error when it is missing."""
-    d = Path(run["dir"])
-    try:
-        return {"metrics": read_json(d / "metrics.json"), "train": read_json(d / "train_log.json"), "dir": d}
-    except FileNotFoundError:
-        raise UserError(f"results of {run['model']} seed {run['seed']} on {run['dataset']} missing in {d}; "
-                        f"run `dvc repro` to produce them") from None
+def budget_note(budgets: dict, models: list) -> str:
+    """'Each run saw N training images (...)', naming the models whose budget differs."""
+    groups = {}
+    for m in models:
+        b = budgets[m]
+        groups.setdefault((b["images_seen"], b["epochs"], b["steps_per_epoch"], b["global_batch"],
+                           b["train_images"]), []).append(m)
+    parts = []
+    for (seen, epochs, steps, batch, train), ms in groups.items():
+        who = "every run" if len(groups) == 1 else ", ".join(ms)
+        parts.append(f"{who}: {seen:,} training images seen ({epochs} epoch{'s' if epochs > 1 else ''} of {steps} "
+                     f"steps of {batch} images, drawn from a training split of {train:,})")
+    return "Training budget: " + "; ".join(parts) + "."
 
 
 def load_reference(path: Path) -> dict:

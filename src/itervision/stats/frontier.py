@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from itervision.stats.tests import mean_ci
+from itervision.stats.inference import mean_ci
 
 
 def monotone_envelope(costs, accuracies) -> tuple[np.ndarray, np.ndarray]:

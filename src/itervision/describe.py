@@ -1,4 +1,4 @@
-"""Cost accounting of a named model: `python -m itervision.inspect --model NAME [--scale SCALE] --json`.
+"""Cost accounting of a named model: `python -m itervision.describe --model NAME [--scale SCALE] --json`.
 
 Prints stored/active parameters and per-exit cumulative cost: for the recursive classifier the analytic
 multiply-adds (with fvcore's count beside them), the block MAC ratio and the average sparsity formula; for
@@ -13,23 +13,18 @@ import sys
 
 from itervision.errors import cli_entry
 from itervision.evaluation.costs import model_costs
-from itervision.models import build_model, dataset_meta
-from itervision.params import load_params, model_config
-from itervision.pipeline import study_of
+from itervision.models.registry import build_model
+from itervision.params import Params, check_params, load_params, model_config
+from itervision.pipeline import dataset_shape, model_datasets
 from itervision.reporting.tables import load_reference
 from itervision.scales import render_scale
 
 
-def default_dataset(params: dict, model: str) -> str:
-    study = study_of(params, model)
-    return params[study]["datasets"][0]
-
-
-def inspect_model(params: dict, model: str, dataset: str | None = None, fvcore: bool = True) -> dict:
-    model_config(params, model)  # an unknown model fails here, naming the known ones
-    dataset = dataset or default_dataset(params, model)
-    classes, chans = dataset_meta(dataset)
-    cfg = model_config(params, model, dataset)
+def describe_model(p: Params, model: str, dataset: str | None = None, fvcore: bool = True) -> dict:
+    model_config(p, model)  # an unknown model fails here, naming the known ones
+    dataset = dataset or model_datasets(p, model)[0]
+    classes, chans = dataset_shape(p, dataset)
+    cfg = model_config(p, model, dataset)
     out = {"model": model, "dataset": dataset, "config": cfg}
     out.update(model_costs(build_model(cfg, classes, chans), fvcore=fvcore))
     return out
@@ -39,7 +34,7 @@ def published(report: dict) -> dict:
     """Published figures for the same model and dataset, where the documents give them."""
     from pathlib import Path
 
-    if report["family"] == "recursive":
+    if report["family"] != "sparseformer":
         ref = load_reference(Path("data/reference/recursive.csv"))
         name = report["model"]
         return {k: ref[("all", name, k)] for k in ("stored_params", "active_params", "block_mac_ratio")
@@ -56,7 +51,7 @@ def published(report: dict) -> dict:
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m itervision.inspect", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m itervision.describe", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a name under `models`, e.g. dsa-moe or sf-recurrent")
     ap.add_argument("--scale", help="cpu, paper or tiny (configs/scales); default: params.yaml as it is")
@@ -66,8 +61,8 @@ def main(argv=None):
     ap.add_argument("--no-fvcore", action="store_true", help="analytic figures only")
     ap.add_argument("--published", action="store_true", help="add the published figures")
     args = ap.parse_args(argv)
-    params = render_scale(args.scale) if args.scale else load_params(args.params)
-    report = inspect_model(params, args.model, args.dataset, fvcore=not args.no_fvcore)
+    p = check_params(render_scale(args.scale)) if args.scale else load_params(args.params)
+    report = describe_model(p, args.model, args.dataset, fvcore=not args.no_fvcore)
     if args.published:
         report["published"] = published(report)
     if args.json:

@@ -1,0 +1,171 @@
+"""Benchmark: training images/s of every CPU-scale model, in the pipeline's data path and on random tensors,
+at the same batch; DSA-MoE / SA-MLP time ratios at CPU scale and at the paper configuration; the DSA kernels
+and MoE dispatch side by side. Prints figures only; nothing here is a test.
+
+    python benchmarks/training_speed.py [--steps 6] [--rounds 3] [--models sa-mlp,dsa-moe] [--paper-batch 32]
+
+In-pipeline = what stages/run.py does per step: draw the batch from the in-memory uint8 split and augment it
+(data/loaders.TensorBatches with the train recipe of params.yaml), soft targets, forward at every exit,
+weighted loss, backward, clipping, AdamW. Model-only = the same step on a fixed random batch. This machine's
+neighbours make single timings noisy, so the two are interleaved for `--rounds` rounds in one process and the
+fastest round of each is reported.
+"""
+import argparse
+import time
+
+import torch
+
+from itervision.data.loaders import describe_prepared, train_batches
+from itervision.engine.recipe import SoftTargets, build_optimizer, soft_target_ce
+from itervision.layout import prepared_dir
+from itervision.models.registry import build_model
+from itervision.params import check_params, load_params, model_config, train_config
+from itervision.pipeline import model_datasets, study_of
+from itervision.scales import render_scale
+
+
+def step_fn(model, train, num_classes):
+    opt = build_optimizer(model, train, 1)
+    targets = SoftTargets(train, num_classes)
+    weights = torch.tensor(model.exit_loss_weights())
+
+    def step(img, target):
+        img, soft = targets(img, target)
+        out = model(img)
+        loss = (weights * torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])).sum() + out["aux_loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train["clip_grad"] or 1e9)
+        opt.step()
+    return step
+
+
+def timed(fn, batches, warmup=2) -> float:
+    """images/s over the batches after `warmup` steps."""
+    t0, images = None, 0
+    for i, (img, target) in enumerate(batches):
+        if i == warmup:
+            t0 = time.perf_counter()
+        if i >= warmup:
+            images += len(target)
+        fn(img, target)
+    return images / (time.perf_counter() - t0)
+
+
+def pipeline_batches(batches, steps):
+    for i, (_, img, target) in enumerate(batches.epoch(0)):
+        if i >= steps:
+            return
+        yield img, target
+
+
+def random_batches(img, target, steps):
+    for _ in range(steps):
+        yield img, target
+
+
+def cpu_scale(args):
+    p = load_params(args.params)
+    names = args.models.split(",") if args.models else [m for s in ("recursive", "sparseformer")
+                                                        for m in p.study(s).main + p.study(s).ablations]
+    rows = {}
+    for name in names:
+        ds = model_datasets(p, name)[0]
+        cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
+        desc = describe_prepared(prepared_dir(ds))
+        torch.manual_seed(0)
+        model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
+        step = step_fn(model, train, len(desc["classes"]))
+        batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
+        b = train["batch_size"]
+        img = torch.randn(b, desc["channels"], cfg["img_size"], cfg["img_size"])
+        target = torch.randint(0, len(desc["classes"]), (b,))
+        best = {"pipeline": 0.0, "model": 0.0}
+        for _ in range(args.rounds):
+            best["model"] = max(best["model"], timed(step, random_batches(img, target, args.steps + 2)))
+            best["pipeline"] = max(best["pipeline"], timed(step, pipeline_batches(batches, args.steps + 2)))
+        rows[name] = (b, best["pipeline"], best["model"])
+        print(f"{name:20s} batch {b:4d}  in pipeline {best['pipeline']:7.0f} img/s  model only {best['model']:7.0f} "
+              f"img/s  data path overhead {100 * (1 - best['pipeline'] / best['model']):5.1f}%", flush=True)
+    return rows
+
+
+def ratio_line(rows, a, b, what):
+    if a in rows and b in rows:
+        print(f"{what}: {b} / {a} training time per image = {rows[a][1] / rows[b][1]:.3f} (in pipeline), "
+              f"{rows[a][2] / rows[b][2]:.3f} (model only)")
+
+
+def paper_scale(args):
+    """DSA-MoE against SA-MLP at the paper configuration (CIFAR-10, 32 px, d 512), random tensors."""
+    p = check_params(render_scale("paper"))
+    train = train_config(p, "cifar10", "recursive")
+    out = {}
+    for name in ("sa-mlp", "dsa-moe"):
+        torch.manual_seed(0)
+        model = build_model(model_config(p, name, "cifar10"), 10, 3).train()
+        step = step_fn(model, {**train, "mixup": 0.0, "cutmix": 0.0}, 10)
+        img, target = torch.randn(args.paper_batch, 3, 32, 32), torch.randint(0, 10, (args.paper_batch,))
+        out[name] = max(timed(step, random_batches(img, target, 4), warmup=1) for _ in range(args.rounds))
+    print(f"paper configuration (batch {args.paper_batch}): sa-mlp {out['sa-mlp']:.1f} img/s, dsa-moe "
+          f"{out['dsa-moe']:.1f} img/s, dsa-moe / sa-mlp time = {out['sa-mlp'] / out['dsa-moe']:.3f} "
+          f"(block MAC ratio 0.52; published 165/180 = 0.92 on an RTX 3090)")
+
+
+def kernels(args):
+    """The two DSA kernels and the two MoE dispatches on one block's input, forward + backward."""
+    from itervision.models.recursive import MoE, RecursiveAttention
+
+    torch.manual_seed(0)
+    for d, B, L, label in ((64, 256, 10, "CPU scale"), (512, 32, 18, "paper width")):
+        x = torch.randn(B, L, d, requires_grad=True)
+        res = {}
+        for kernel in ("masked", "gathered"):
+            att = RecursiveAttention(d, 8 if d == 512 else 4, "dsa", 6 if d == 512 else 4, kernel).train()
+            res[kernel] = best_ms(lambda: att(x)[0].sum().backward(), args.rounds)
+        moe = MoE(d, d, 4, 2)
+
+        def loop():
+            x2d = x.reshape(-1, d)
+            _, weight, idx = moe.route(x2d)
+            out = torch.zeros_like(x2d)
+            for e in range(4):
+                token, slot = (idx == e).nonzero(as_tuple=True)
+                out = out.index_add(0, token, moe.expert(e, x2d[token]) * weight[token, slot, None])
+            out.sum().backward()
+        res["moe padded batched matmul"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
+        res["moe loop over experts"] = best_ms(loop, args.rounds)
+        print(f"{label} (d {d}, batch {B}, L {L}), forward + backward, ms: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+
+
+def best_ms(fn, rounds, repeats=10) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    return best * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--models", help="comma-separated model names (default: every model of both studies)")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--paper-batch", type=int, default=32)
+    ap.add_argument("--skip-paper", action="store_true")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fastest of {args.rounds} interleaved rounds")
+    rows = cpu_scale(args)
+    ratio_line(rows, "sa-mlp", "dsa-moe", "CPU scale")
+    kernels(args)
+    if not args.skip_paper:
+        paper_scale(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Statistics over seeds for each study, from the run records (computes; reporting/ renders)."""

@@ -1,0 +1,245 @@
+"""Source datasets read from their published file formats: MNIST-style idx files (plain or .gz) and CIFAR
+python pickle batches; and the listing of ImageNet-layout folders.
+
+Where each dataset is looked for, in order (the first that exists is read, nothing is copied or cached):
+* `data.roots.<dataset>` when set: it must hold the files (directly or in torchvision's layout,
+  `<root>/FashionMNIST/raw/`, `<root>/cifar-10-batches-py/`); if it does not, that is an error: an explicit
+  root never falls back to another copy;
+* Fashion-MNIST only: the Debian package dataset-fashion-mnist (`/usr/share/datasets/fashion-mnist/`);
+* `data.cache_root` in torchvision's layout (where a download lands);
+* with `data.download: true`, torchvision downloads into `data.cache_root`.
+
+The files are parsed here rather than through torchvision's dataset classes: those insist on their own folder
+layout with uncompressed idx files (which forced a staging copy that went stale) and check the md5 of the
+official downloads (the Debian files and our synthetic test files differ). CIFAR pickles are read with an
+unpickler that only builds lists, dicts, strings, bytes, numbers and numpy arrays: the files stay data.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from itervision.data.registry import DATASETS, facts
+from itervision.errors import UserError
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+CLASS_NAMES = {
+    "mnist": ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six", "7 - seven",
+              "8 - eight", "9 - nine"],
+    "fashion_mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                      "Ankle boot"],
+}
+CIFAR = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
+                     "batches.meta", "labels", "label_names"),
+         "cifar100": ("cifar-100-python", ["train"], ["test"], "meta", "fine_labels", "fine_label_names")}
+
+
+# ------------------------------------------------------------------------------------------ idx (MNIST-style)
+
+def _idx_path(folder: Path, name: str) -> Path | None:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _idx_folder(folder: Path, tv_class: str) -> Path | None:
+    """The folder holding all four idx files: `folder` itself or torchvision's `folder/<Class>/raw`."""
+    for f in (folder, folder / tv_class / "raw"):
+        if all(_idx_path(f, n) for pair in IDX_FILES.values() for n in pair):
+            return f
+    return None
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An idx file (LeCun's MNIST format: magic 0x0000 08 NDIM, big-endian sizes, uint8 data), plain or gzip."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as err:
+        raise UserError(f"{path} is not a readable gzip file ({type(err).__name__}: {err}); replace it with an "
+                        f"intact copy") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or not 1 <= raw[3] <= 4:
+        raise UserError(f"{path} is not an idx file of unsigned bytes (bad header); replace it with an intact copy")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    body = raw[4 + 4 * ndim:]
+    if len(body) != int(np.prod(shape)):
+        raise UserError(f"{path} holds {len(body)} bytes of data where its header promises {int(np.prod(shape))} "
+                        f"(truncated?); replace it with an intact copy")
+    return np.frombuffer(body, dtype=np.uint8).reshape(shape)
+
+
+def _read_idx_splits(folder: Path) -> dict:
+    splits = {}
+    for split, (img_name, lbl_name) in IDX_FILES.items():
+        images, labels = read_idx(_idx_path(folder, img_name)), read_idx(_idx_path(folder, lbl_name))
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise UserError(f"{folder}: {img_name} has shape {images.shape} and {lbl_name} {labels.shape}; they must "
+                            f"be N x H x W images and N labels")
+        splits[split] = (images[..., None].copy(), labels.astype(np.int64))
+    return splits
+
+
+# ------------------------------------------------------------------------------------------ CIFAR pickles
+
+class _DataUnpickler(pickle.Unpickler):
+    """Builds plain data and numpy arrays only; any other class in the file is refused."""
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("builtins", "bytearray")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def _load_pickle(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = _DataUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as err:
+        raise UserError(f"{path} is not a readable CIFAR batch ({type(err).__name__}: {err}); replace it with an "
+                        f"intact copy") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a CIFAR batch (a dict); replace it with an intact copy")
+    return data
+
+
+def _cifar_folder(folder: Path, name: str) -> Path | None:
+    base, train, test, meta, _, _ = CIFAR[name]
+    for f in (folder / base, folder):
+        if all((f / n).exists() for n in train + test + [meta]):
+            return f
+    return None
+
+
+def _read_cifar(folder: Path, name: str) -> tuple[list, dict]:
+    _, train, test, meta, label_key, names_key = CIFAR[name]
+    splits = {}
+    for split, files in (("train", train), ("test", test)):
+        images, labels = [], []
+        for fname in files:
+            d = _load_pickle(folder / fname)
+            if "data" not in d or label_key not in d:
+                raise UserError(f"{folder / fname} lacks 'data' or '{label_key}'; replace it with an intact copy")
+            data = np.asarray(d["data"], dtype=np.uint8)
+            if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(d[label_key]):
+                raise UserError(f"{folder / fname}: data has shape {data.shape} for {len(d[label_key])} labels; "
+                                f"expected N x 3072 (3 x 32 x 32)")
+            images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.append(np.asarray(d[label_key], dtype=np.int64))
+        splits[split] = (np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels))
+    classes = [str(c) for c in _load_pickle(folder / meta).get(names_key, [])]
+    return classes, splits
+
+
+# ------------------------------------------------------------------------------------------ locating
+
+def _find(name: str, folder: Path) -> Path | None:
+    f = facts(name)
+    return _cifar_folder(folder, name) if name in CIFAR else _idx_folder(folder, f.torchvision_class)
+
+
+def _download(name: str, cache_root: Path) -> None:
+    from torchvision import datasets
+
+    cls = getattr(datasets, facts(name).torchvision_class)
+    for train in (True, False):
+        cls(str(cache_root), train=train, download=True)
+
+
+def locate(name: str, root: str | None, cache_root: str | Path, download: bool = False) -> Path:
+    """The folder the dataset's files are read from (see the module docstring for the order)."""
+    cache_root = Path(cache_root)
+    if root:
+        found = _find(name, Path(root))
+        if found is None:
+            raise UserError(f"data.roots.{name} = {root} does not hold the {name} files "
+                            f"({'cifar batches' if name in CIFAR else 'four idx files'}, directly or in "
+                            f"torchvision's layout); fix the path or set it to null to use the default search")
+        return found
+    tried = []
+    if name == "fashion_mnist":
+        found = _find(name, DEBIAN_FASHION_MNIST)
+        if found:
+            return found
+        tried.append(f"{DEBIAN_FASHION_MNIST} (Debian package)")
+    found = _find(name, cache_root)
+    if found:
+        return found
+    tried.append(str(cache_root))
+    if download:
+        try:
+            _download(name, cache_root)
+        except Exception as err:  # network errors come in many types
+            raise UserError(f"{name}: download into {cache_root} failed ({type(err).__name__}); set "
+                            f"data.roots.{name} to a folder holding its files") from None
+        found = _find(name, cache_root)
+        if found:
+            return found
+    hint = (" or run `apt-get install -y dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist/)"
+            if name == "fashion_mnist" else "")
+    raise UserError(f"{name} not found (looked in {', '.join(tried)}): set data.roots.{name} in params.yaml to a "
+                    f"folder with its files{hint}, or set data.download: true to let torchvision download it")
+
+
+def load_source(name: str, root: str | None, cache_root: str | Path, download: bool = False):
+    """(class names, {"train": (uint8 NHWC images, int64 labels), "test": (...)}) of a torchvision dataset."""
+    f = facts(name)
+    if f.source != "torchvision":
+        raise UserError(f"dataset '{name}' is an ImageNet subset, not an array dataset; list it under "
+                        f"subset.imagenet")
+    folder = locate(name, root, cache_root, download)
+    if name in CIFAR:
+        classes, splits = _read_cifar(folder, name)
+    else:
+        classes, splits = CLASS_NAMES[name], _read_idx_splits(folder)
+    for split, (images, labels) in splits.items():
+        if images.shape[1:] != (f.native_size, f.native_size, f.channels):
+            raise UserError(f"{name} {split} images in {folder} have shape {images.shape[1:]}, expected "
+                            f"{(f.native_size, f.native_size, f.channels)}")
+        if len(labels) and (labels.min() < 0 or labels.max() >= f.num_classes):
+            raise UserError(f"{name} {split} labels in {folder} run outside 0..{f.num_classes - 1}")
+    if len(classes) != f.num_classes:
+        classes = [str(i) for i in range(f.num_classes)]
+    return classes, splits
+
+
+# ------------------------------------------------------------------------------------------ ImageNet layout
+
+IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".bmp", ".webp"}
+
+
+def list_images(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def read_class_list(path: str | Path) -> list[str]:
+    """One class id (e.g. an ImageNet synset) a line; '#' starts a comment."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"class list {path} not found; give a file with one class id a line")
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    if not names:
+        raise UserError(f"class list {path} is empty; put one class id a line")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise UserError(f"class list {path} repeats {', '.join(dup[:5])}; each class once")
+    return names
+
+
+__all__ = ["DATASETS", "load_source", "locate", "read_idx", "list_images", "read_class_list"]
