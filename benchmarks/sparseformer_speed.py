@@ -5,18 +5,15 @@ fraction of this machine's fp32 matrix-product peak, measured in the same run.
     python benchmarks/sparseformer_speed.py [--paper-batch 32] [--repeats 3]
 """
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from itervision.evaluation.flops import count_flops, run_to_exit  # noqa: E402
-from itervision.models import build_model, dataset_meta  # noqa: E402
-from itervision.params import model_config  # noqa: E402
-from itervision.scales import render_scale  # noqa: E402
+from itervision.evaluation.flops import count_flops, run_to_exit
+from itervision.models.registry import build_model
+from itervision.params import check_params, model_config
+from itervision.pipeline import dataset_shape
+from itervision.scales import render_scale
 
 
 def matmul_peak(n=2048, repeats=5):
@@ -49,14 +46,14 @@ def main():
     print(f"fp32 matmul peak here: {peak / 1e9:.0f} GFLOP/s (2 FLOPs per multiply-add), "
           f"{torch.get_num_threads()} threads")
     for scale, dataset, batch in (("cpu", "fashion_mnist", args.cpu_batch), ("paper", "imagenet200", args.paper_batch)):
-        params = render_scale(scale)
-        s = params["sparseformer"]
+        p = check_params(render_scale(scale))
+        s = p.sparseformer
         print(f"\n{scale} scale ({dataset}), throughput at batch {batch}, latency at batch 1")
         print(f"{'model':20s} {'exit':>4s} {'GFLOPs':>8s} {'img/s':>9s} {'latency ms':>11s} {'% of peak':>9s}")
-        for name in list(s["static"]) + [s["recurrent"]]:
+        for name in list(s.static) + [s.recurrent]:
             torch.manual_seed(0)
-            classes, chans = dataset_meta(dataset)
-            model = build_model(model_config(params, name, dataset), classes, chans).eval()
+            classes, chans = dataset_shape(p, dataset)
+            model = build_model(model_config(p, name, dataset), classes, chans).eval()
             size = model.cfg.img_size
             one = torch.randn(1, chans, size, size)
             big = torch.randn(batch, chans, size, size)

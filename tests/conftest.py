@@ -1,15 +1,17 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+@pytest.fixture(scope="session")
+def built_repo(tmp_path_factory):
+    """A git repository at the tiny scale after a complete `dvc repro`, built once per session (about 3 min)."""
+    from helpers import make_repo, sh
+
+    path = make_repo(tmp_path_factory.mktemp("tiny") / "repo")
+    out = sh("dvc repro", path)
+    assert "Running stage 'report_sparseformer'" in out
+    sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm results", path)
+    return path

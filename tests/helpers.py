@@ -1,6 +1,10 @@
 """Test fixtures: model configs, a small synthetic prepared dataset in the subset stage's layout, tiny params."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -10,6 +14,7 @@ from itervision.schema import parse
 from itervision.scales import render_scale
 
 ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 REC = dict(img_size=16, encoder_widths=[4, 8, 8], dim=16, heads=2, blocks=2, steps=5, attention="dsa", topk=3,
            dsa_kernel="masked", ffn="moe", mlp_ratio=2.0, experts=3, experts_per_token=2, embedding="hard",
@@ -74,3 +79,33 @@ def prepare(root: Path, **train) -> dict:
     finally:
         os.chdir(cwd)
     return raw
+
+
+def sh(cmd, cwd, timeout=900, env=None, check=True):
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1", **(env or {})}
+    r = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, timeout=timeout, env=env)
+    if check:
+        assert r.returncode == 0, f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r.stdout + r.stderr
+
+
+def make_repo(dst: Path) -> Path:
+    """A git repository with the project's files at the tiny scale, reading a synthetic Fashion-MNIST."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        src = ROOT / f
+        if src.is_file() and not f.startswith(("metrics/", "plots/", "configs/resolved/")) and not f.endswith("dvc.lock"):
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / f)
+    from itervision.data.synthetic import idx_dataset
+
+    idx_dataset(dst / "synthetic" / "fashion_mnist", 20, 5)
+    (dst / ".gitignore").write_text((dst / ".gitignore").read_text() + "/synthetic/\n")
+    (dst / ".dvc" / "config").write_text("[core]\n    analytics = false\n")  # no shared cache here
+    sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", dst)
+    sh(f"{sys.executable} stages/set_scale.py tiny", dst)
+    params = (dst / "params.yaml").read_text().replace("fashion_mnist: null", "fashion_mnist: synthetic/fashion_mnist")
+    (dst / "params.yaml").write_text(params)
+    sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm tiny", dst)
+    return dst

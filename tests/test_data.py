@@ -1,16 +1,23 @@
-"""Datasets and subsetting: a synthetic ImageNet-layout tree, real Fashion-MNIST, bad inputs."""
+"""Datasets and subsetting: source formats (idx, CIFAR pickles, ImageNet folders), the real Fashion-MNIST,
+batched augmentation, bad inputs."""
 import csv
+import gzip
+import math
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from itervision.data import datasets
+from itervision.data import sources
+from itervision.data.augment import BatchAugment, augment, crop_flip_theta, erase, resize_eval
 from itervision.data.class_lists import IMAGENET200_SEED, imagenet1k_synsets, render
-from itervision.data.datasets import read_class_list
-from itervision.data.loaders import build_transform, dataset_description, open_split
+from itervision.data.loaders import describe_prepared, eval_batches
+from itervision.data.sources import load_source, read_class_list, read_idx
 from itervision.data.subset import subset_imagenet, subset_torchvision
+from itervision.data.synthetic import cifar_dataset, idx_dataset
 from itervision.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,12 +132,28 @@ def test_imagenet_loader_reads_eval_set(tree, tmp_path):
     root, lst = tree
     out = tmp_path / "out"
     subset_imagenet(root, lst, out, holdout_per_class=2, seed=0, short_side=40, max_bad_fraction=0.2)
-    desc = dataset_description(out)
-    assert desc["channels"] == 3 and desc["classes"] == SYNSETS
-    test = open_split(out, "test", build_transform(False, 32, desc))
-    assert len(test) == 6 + 6  # val + holdout
-    x, y = test[0]
-    assert tuple(x.shape) == (3, 32, 32) and 0 <= y < 3
+    desc = describe_prepared(out)
+    assert desc["channels"] == 3 and desc["classes"] == SYNSETS and desc["kind"] == "imagenet"
+    batches = list(eval_batches(out, "test", 32, 5))
+    assert sum(len(y) for _, y in batches) == 6 + 6  # val + holdout
+    x, y = batches[0]
+    assert tuple(x.shape) == (5, 3, 32, 32) and 0 <= int(y.min()) and int(y.max()) < 3
+
+
+def test_imagenet_class_without_usable_images_fails_and_leaves_nothing(tree, tmp_path):
+    root, lst = tree
+    for f in (root / "val" / SYNSETS[2]).iterdir():
+        f.unlink()
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match=f"class {SYNSETS[2]} has no evaluation image"):
+        subset_imagenet(root, lst, out, holdout_per_class=0, seed=0, max_bad_fraction=0.2)
+    assert not out.exists() and not (tmp_path / ".out.tmp").exists()
+    # with a hold-out the class still has evaluation images: a warning, not an error
+    subset_imagenet(root, lst, out, holdout_per_class=1, seed=0, max_bad_fraction=0.2)
+    for f in (root / "train" / SYNSETS[2]).iterdir():
+        f.write_bytes(b"not an image")
+    with pytest.raises(UserError, match=f"class {SYNSETS[2]} has no usable train image"):
+        subset_imagenet(root, lst, tmp_path / "again", holdout_per_class=0, seed=0, max_bad_fraction=0.9)
 
 
 def test_class_lists():
@@ -144,7 +167,7 @@ def test_class_lists():
 
 def _fashion_available():
     try:
-        datasets.locate_fashion_mnist(None, ROOT / "data/raw", download=False)
+        sources.locate("fashion_mnist", None, ROOT / "data/raw")
         return True
     except UserError:
         return False
@@ -156,17 +179,16 @@ fashion = pytest.mark.skipif(not _fashion_available(), reason="Fashion-MNIST not
 
 @fashion
 def test_real_fashion_mnist_through_the_loading_code():
-    info, splits = datasets.load_torchvision("fashion_mnist", None, ROOT / "data/raw")
+    classes, splits = load_source("fashion_mnist", None, ROOT / "data/raw")
     (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
-    assert len(ytr) + len(yte) == 70_000
+    assert len(ytr) + len(yte) == 70_000 and classes[0] == "T-shirt/top" and len(classes) == 10
     assert xtr.shape[1:] == xte.shape[1:] == (28, 28, 1) and xtr.dtype == xte.dtype == np.uint8
-    assert info.num_classes == 10 and info.channels == 1
     assert ytr.min() == 0 and ytr.max() == 9 and np.bincount(ytr).tolist() == [6000] * 10
     assert np.bincount(yte).tolist() == [1000] * 10
 
 
 @fashion
-def test_torchvision_subset_deterministic_disjoint(tmp_path):
+def test_torchvision_subset_deterministic_disjoint_and_shuffled(tmp_path):
     kw = dict(classes=["Trouser", "Bag", 0], train_per_class=20, calib_per_class=5, test_per_class=7,
               cache_root=str(ROOT / "data/raw"))
     m1 = subset_torchvision("fashion_mnist", tmp_path / "a", seed=4, **kw)
@@ -177,14 +199,150 @@ def test_torchvision_subset_deterministic_disjoint(tmp_path):
     tr, ca = np.load(tmp_path / "a/train.npz"), np.load(tmp_path / "a/calib.npz")
     assert not set(tr["source_index"]) & set(ca["source_index"])
     assert tr["images"].shape == (60, 28, 28, 1) and set(tr["labels"]) == {0, 1, 2}
+    assert len(set(tr["labels"][:6])) > 1  # a seeded random order, not sorted by class
     with pytest.raises(UserError, match="not in the source dataset"):
         subset_torchvision("fashion_mnist", tmp_path / "c", seed=0, **{**kw, "classes": ["Zebra"]})
 
 
-def test_missing_fashion_mnist_names_all_three_ways(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+def test_missing_fashion_mnist_names_every_way_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
     with pytest.raises(UserError) as err:
-        datasets.locate_fashion_mnist(str(tmp_path / "nope"), tmp_path / "cache", download=False)
+        sources.locate("fashion_mnist", None, tmp_path / "cache", download=False)
     msg = str(err.value)
     assert "data.roots.fashion_mnist" in msg and "apt-get install -y dataset-fashion-mnist" in msg
     assert "data.download: true" in msg and "\n" not in msg
+
+
+def test_an_explicit_root_never_falls_back_to_another_copy(tmp_path):
+    """Silent wrong result of the past: a root that was set but invalid fell back to the Debian copy."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="data.roots.fashion_mnist = .* does not hold the fashion_mnist files"):
+        sources.locate("fashion_mnist", str(tmp_path / "empty"), tmp_path / "cache")
+
+
+def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
+    idx_dataset(tmp_path / "gz", 3, 2, seed=1)
+    plain = tmp_path / "tv" / "FashionMNIST" / "raw"
+    plain.mkdir(parents=True)
+    for f in (tmp_path / "gz").iterdir():
+        (plain / f.stem).write_bytes(gzip.decompress(f.read_bytes()))
+    a = load_source("fashion_mnist", str(tmp_path / "gz"), tmp_path)[1]
+    b = load_source("fashion_mnist", str(tmp_path / "tv"), tmp_path)[1]
+    assert all(np.array_equal(a[s][i], b[s][i]) for s in ("train", "test") for i in (0, 1))
+    assert a["train"][0].shape == (30, 28, 28, 1) and np.bincount(a["train"][1]).tolist() == [3] * 10
+
+
+def test_a_changed_source_is_read_again(tmp_path):
+    """Silent wrong result of the past: a staging cache that never refreshed. Nothing is cached now."""
+    idx_dataset(tmp_path / "src", 3, 2, seed=1)
+    first = load_source("fashion_mnist", str(tmp_path / "src"), tmp_path / "cache")[1]["train"][0]
+    idx_dataset(tmp_path / "src", 4, 2, seed=2)
+    second = load_source("fashion_mnist", str(tmp_path / "src"), tmp_path / "cache")[1]["train"][0]
+    assert len(first) == 30 and len(second) == 40
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda b: b[: len(b) // 2], "not a readable gzip file"),
+    (lambda b: b"this is not gzip at all", "not a readable gzip file"),
+    (lambda b: gzip.compress(b"\x00\x00\x0c\x03" + gzip.decompress(b)[4:]), "not an idx file of unsigned bytes"),
+    (lambda b: gzip.compress(gzip.decompress(b)[:-100]), "truncated"),
+])
+def test_a_corrupt_idx_file_is_one_line_naming_it(tmp_path, damage, expected):
+    idx_dataset(tmp_path, 3, 2)
+    f = tmp_path / "train-images-idx3-ubyte.gz"
+    f.write_bytes(damage(f.read_bytes()))
+    with pytest.raises(UserError, match=expected) as err:
+        load_source("fashion_mnist", str(tmp_path), tmp_path / "cache")
+    assert str(f) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,classes", [("cifar10", 10), ("cifar100", 100)])
+def test_cifar_pickles_are_read_as_data(tmp_path, name, classes):
+    cifar_dataset(tmp_path, name, 2, 1)
+    names, splits = load_source(name, str(tmp_path), tmp_path / "cache")
+    assert len(names) == classes and splits["train"][0].shape == (2 * classes, 32, 32, 3)
+    assert np.bincount(splits["test"][1], minlength=classes).tolist() == [1] * classes
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path):
+    cifar_dataset(tmp_path, "cifar10", 1, 1)
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("owned",))
+    folder = tmp_path / "cifar-10-batches-py"
+    (folder / "test_batch").write_bytes(pickle.dumps({"data": Evil(), "labels": [0]}))
+    with pytest.raises(UserError, match="refusing to load builtins.print"):
+        load_source("cifar10", str(tmp_path), tmp_path / "cache")
+
+
+def test_read_idx_against_hand_built_bytes(tmp_path):
+    f = tmp_path / "x-idx2-ubyte"
+    f.write_bytes(bytes([0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6]))
+    assert read_idx(f).tolist() == [[1, 2, 3], [4, 5, 6]]
+
+
+# ---------------------------------------------------------------------------------- batched augmentation
+
+def _aug(**kw):
+    return BatchAugment(**{"img_size": 8, "mean": (0.5,), "std": (0.25,), **kw})
+
+
+def test_augment_without_any_augmentation_is_the_normalised_image():
+    images = torch.randint(0, 256, (4, 8, 8, 1), dtype=torch.uint8)
+    out = augment(images, torch.Generator().manual_seed(0), _aug())
+    torch.testing.assert_close(out, (images.permute(0, 3, 1, 2).float() / 255 - 0.5) / 0.25)
+    torch.testing.assert_close(resize_eval(images, 8, (0.5,), (0.25,)), out)
+    assert resize_eval(images, 12, (0.5,), (0.25,)).shape == (4, 1, 12, 12)
+
+
+def test_flip_mirrors_and_pad_crop_shifts_by_whole_pixels_with_zeros():
+    images = torch.arange(64, dtype=torch.uint8).view(1, 8, 8, 1).repeat(64, 1, 1, 1)
+    x = images.permute(0, 3, 1, 2).float() / 255
+    out = augment(images, torch.Generator().manual_seed(1), _aug(hflip=1.0, mean=(0.0,), std=(1.0,)))
+    torch.testing.assert_close(out, x.flip(-1))
+    out = augment(images, torch.Generator().manual_seed(2), _aug(crop_pad=2, mean=(0.0,), std=(1.0,)))
+    for o in out:  # each output is the input shifted by whole pixels, zeros where it left the image
+        matches = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                   if torch.allclose(o, _shift(x[0], dy, dx), atol=1e-6)]
+        assert len(matches) == 1
+    assert len({tuple(o.flatten().tolist()) for o in out}) > 5  # shifts differ between images
+
+
+def _shift(img, dy, dx):
+    out = torch.zeros_like(img)
+    H, W = img.shape[-2:]
+    out[..., max(0, -dy):H - max(0, dy), max(0, -dx):W - max(0, dx)] = img[..., max(0, dy):H - max(0, -dy),
+                                                                           max(0, dx):W - max(0, -dx)]
+    return out
+
+
+def test_random_resized_crop_areas_and_ratios_follow_the_requested_ranges():
+    theta = crop_flip_theta(torch.Generator().manual_seed(0), 4000, 28, 28, _aug(crop_scale=(0.25, 0.5)))
+    w, h = theta[:, 0, 0].abs(), theta[:, 1, 1]
+    area = (w * h).numpy()
+    assert area.min() >= 0.25 - 1e-6 and area.max() <= 0.5 + 1e-6 and abs(area.mean() - 0.375) < 0.01
+    ratio = (w / h).numpy()
+    assert ratio.min() >= 3 / 4 - 1e-6 and ratio.max() <= 4 / 3 + 1e-6
+    assert (theta[:, 0, 2].abs() <= 1 - w + 1e-6).all()  # the crop stays inside the image
+
+
+def test_random_erasing_boxes_follow_probability_and_area():
+    x = torch.zeros(2000, 1, 16, 16)
+    out = erase(x, torch.Generator().manual_seed(0), 0.5)
+    erased = (out != 0).flatten(1).sum(1).float() / 256
+    chosen = erased > 0
+    assert abs(chosen.float().mean().item() - 0.5) < 0.05
+    assert erased[chosen].min() >= 0.015 and erased[chosen].max() <= 1 / 3 + 0.05
+    assert torch.equal(erase(x, torch.Generator().manual_seed(0), 0.0), x)
+
+
+def test_augmentation_depends_only_on_the_generator():
+    images = torch.randint(0, 256, (16, 28, 28, 1), dtype=torch.uint8)
+    aug = _aug(img_size=28, crop_scale=(0.5, 1.0), crop_pad=2, hflip=0.5, random_erasing=0.3)
+    a = augment(images, torch.Generator().manual_seed(7), aug)
+    torch.manual_seed(123)
+    torch.rand(100)
+    assert torch.equal(a, augment(images, torch.Generator().manual_seed(7), aug))
+    assert not torch.equal(a, augment(images, torch.Generator().manual_seed(8), aug))
+    assert math.isfinite(a.sum().item())

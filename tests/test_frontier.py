@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from itervision.reporting.sparseformer import choose_for_budget, choose_for_target
+from itervision.analysis.sparseformer import choose_for_budget, choose_for_target
 from itervision.stats import cost_to_reach, interpolate_log_cost, mean_band, monotone_envelope, shared_log_grid
 
 

@@ -6,19 +6,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import sf_config
+from itervision.errors import UserError
 from itervision.evaluation.early_exit import early_exit, early_exit_model, exit_index, sweep
 from itervision.evaluation.flops import count_flops
-from itervision.models.sparseformer import (RecurrentSparseFormer, SparseFormerConfig, adjust_boxes, sample_features,
-                                            sampling_points, tiling_boxes)
+from itervision.models.configs import SparseFormerConfig
+from itervision.models.sparseformer import (RecurrentSparseFormer, adjust_boxes, sample_features, sampling_points,
+                                            tiling_boxes)
 
-TINY = dict(num_classes=4, in_chans=1, img_size=28, stem_channels=6, stem_kernel=3, stem_stride=1, points=4,
-            focus_dim=8, focus_heads=2, focus_iters=2, cortex_dim=12, cortex_heads=2, memory_heads=2, cortex_depth=2,
-            rounds=(1, 4, 9), drop_path=0.0)
+# the published configurations (seed document 003): ImageNet-200 at 192 px, ImageNet-100 at 160 px
+PAPER = dict(img_size=192, stem_channels=96, stem_kernel=7, stem_stride=2, stem_pool=True, rounds=[9, 16, 25],
+             points=36, focus_dim=192, focus_heads=6, focus_iters=4, cortex_dim=384, cortex_heads=6, cortex_depth=5,
+             cortex_first_samples=True, mlp_ratio=4.0, memory=True, memory_at=0, memory_heads=6, drop_path=0.2,
+             earlier_weight=0.1)
 
 
 def tiny(**kw):
     torch.manual_seed(0)
-    return RecurrentSparseFormer(SparseFormerConfig(**{**TINY, **kw}))
+    return RecurrentSparseFormer(sf_config(**kw))
 
 
 def test_sampling_points_are_centred_on_the_box_with_a_third_of_its_size_as_spread():
@@ -57,8 +62,8 @@ def test_box_adjusting_is_the_identity_at_init_and_tiling_is_non_overlapping():
 
 def test_static_model_equals_a_recurrent_model_with_one_round():
     x = torch.randn(2, 1, 28, 28)
-    static = tiny(rounds=(4,), memory=False).eval()
-    one_round = tiny(rounds=(4,), memory=True).eval()  # one round: nothing to remember
+    static = tiny(rounds=[4], memory=False).eval()
+    one_round = tiny(rounds=[4], memory=True).eval()  # one round: nothing to remember
     assert one_round.memory is None
     torch.testing.assert_close(static(x)["logits"][0], one_round(x)["logits"][0])
 
@@ -91,8 +96,8 @@ def test_exit_shapes_and_loss_weights():
     out = m(torch.randn(3, 1, 28, 28))
     assert [t.shape for t in out["logits"]] == [(3, 4)] * 3
     assert m.exit_loss_weights() == pytest.approx([0.05, 0.05, 1.0])
-    assert len(m(torch.randn(3, 1, 28, 28), rounds=2)["logits"]) == 2
-    assert tiny(rounds=(4,), memory=False).exit_loss_weights() == [1.0]
+    assert len(m(torch.randn(3, 1, 28, 28), exits=2)["logits"]) == 2
+    assert tiny(rounds=[4], memory=False).exit_loss_weights() == [1.0]
 
 
 def test_small_images_work():
@@ -129,8 +134,6 @@ def test_early_exit_stops_at_the_first_confident_round():
 
 def test_early_exit_on_a_model_with_constructed_probabilities():
     class Fixed(torch.nn.Module):
-        family = "sparseformer"
-
         def forward(self, img):
             b = img.shape[0]
             return {"logits": [torch.log(torch.tensor([[0.6, 0.4]] * b)), torch.log(torch.tensor([[0.1, 0.9]] * b))]}
@@ -177,7 +180,7 @@ def hand_count(cfg: SparseFormerConfig, rounds: int) -> int:
 
 
 def test_cost_of_each_exit_against_a_hand_count():
-    cfg = SparseFormerConfig(**{**TINY, "stem_stride": 1})
+    cfg = sf_config(stem_stride=1)
     m = RecurrentSparseFormer(cfg)
     img = torch.zeros(1, 1, 28, 28)
     for e in range(3):
@@ -198,7 +201,7 @@ def test_paper_configurations_match_published_gflops():
               (in100, (9,), img100, [0.199]), (in100, (49,), img100, [0.688]),
               (in100, (9, 16, 25), img100, [0.199, 0.399, 0.715])]
     for kw, rounds, img, published in checks:
-        m = RecurrentSparseFormer(SparseFormerConfig(**kw, rounds=rounds))
+        m = RecurrentSparseFormer(sf_config(**{**PAPER, **kw, "rounds": list(rounds)}, in_chans=3))
         for e, g in enumerate(published):
             assert count_flops(m, img, e)["flops"] / 1e9 == pytest.approx(g, rel=0.01), (kw, rounds, e)
 
@@ -210,7 +213,9 @@ def test_same_seed_same_outputs():
 
 
 def test_bad_config_is_rejected():
-    with pytest.raises(ValueError, match="perfect square"):
-        SparseFormerConfig(rounds=(10,))
-    with pytest.raises(ValueError, match="memory_at"):
-        SparseFormerConfig(cortex_depth=2, memory_at=3)
+    with pytest.raises(UserError, match="rounds.*perfect square"):
+        sf_config(rounds=[10])
+    with pytest.raises(UserError, match="memory_at 3 must index a cortex block"):
+        sf_config(cortex_depth=2, memory_at=3)
+    assert sf_config(memory=False).memory_at is None and sf_config(rounds=[9]).earlier_weight is None
+    assert isinstance(sf_config(), SparseFormerConfig)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from itervision.stats import holm, mcnemar, mean_ci, paired_difference, sign_flip_p
+from itervision.stats import holm, holm_fill, mcnemar, mean_ci, paired_difference, sign_flip_p
 
 
 def test_mean_ci_matches_scipy_t_interval():
@@ -86,3 +86,25 @@ def test_sign_flip_enumerates_every_pattern():
     obs = abs(d.mean())
     hits = sum(abs((np.array(s) * d).mean()) >= obs - 1e-15 for s in itertools.product((1, -1), repeat=len(d)))
     assert sign_flip_p(d) == pytest.approx(hits / 2 ** len(d))
+
+
+def test_sign_flip_is_monte_carlo_above_16_seeds_and_stays_within_memory():
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.3, 1.0, 30)  # exact enumeration would need 2^30 rows
+    p = sign_flip_p(d)
+    assert p == sign_flip_p(d)  # fixed seed: reproducible
+    exact_t = stats.ttest_1samp(d, 0).pvalue
+    assert 0 < p < 1 and abs(p - exact_t) < 0.05  # agrees with the t-test to within Monte Carlo and model error
+    same = np.ones(20)
+    assert sign_flip_p(same) == pytest.approx(1 / (2 ** 16 + 1), rel=0.5)  # only the observed pattern and its mirror
+    # at n = 16 still exact: equals the enumeration
+    d16 = rng.normal(0.2, 1.0, 16)
+    obs = abs(d16.mean())
+    signs = np.array(list(itertools.product((1, -1), repeat=16)))
+    assert sign_flip_p(d16) == pytest.approx(np.mean(np.abs(signs @ d16 / 16) >= obs - 1e-12))
+
+
+def test_holm_fill_adjusts_a_family_in_place():
+    family = [{"p": 0.01}, {"p": 0.04}, {"p": 0.03}, {"p": float("nan")}]
+    holm_fill(family)
+    assert [c["p_holm"] for c in family][:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(family[3]["p_holm"])

@@ -380,16 +380,16 @@ def model_config(p: Params, name: str, dataset: str | None = None) -> dict:
     cls = FAMILY_CONFIGS[family]
     fields = {f.name for f in dataclasses.fields(cls)} - {"num_classes", "in_chans"}
     where = f"models.{name}" + (f" (on {dataset})" if dataset else "")
-    if family != arch_family:
-        # a model of another family built on this architecture (e.g. the encoder-only baseline) reads only
-        # the keys its family knows; the architecture itself is still checked against its own family
-        parse(FAMILY_CONFIGS[arch_family], {**base, **{k: v for k, v in own.items() if k not in fields}},
-              f"architectures.{arch}")
-        base = {k: v for k, v in base.items() if k in fields}
     for k in ("num_classes", "in_chans"):
         if k in base or k in own:
             raise UserError(f"params key '{where}.{k}' is set by the dataset, not by params; remove it")
-    cfg = parse(cls, {**base, **own}, where)
+    # the architecture's own keys first, so that a bad value is named where it is written
+    parse(FAMILY_CONFIGS[arch_family], base, f"architectures.{arch}", partial=True)
+    if family != arch_family:
+        # a model of another family built on this architecture (e.g. the encoder-only baseline) reads only
+        # the keys its family knows
+        base = {k: v for k, v in base.items() if k in fields}
+    cfg = parse(cls, {**base, **own}, where, add_to=f"architectures.{arch} or models.{name}")
     out = {"family": family, **as_dict(cfg)}
     out.pop("num_classes")
     out.pop("in_chans")
@@ -407,3 +407,22 @@ def train_config(p: Params, dataset: str | None = None, study: str | None = None
     cfg = as_dict(parse(TrainParams, merged, where))
     cfg.pop("by_dataset")
     return cfg
+
+
+def main(argv=None):
+    """`python -m itervision.params [PATH]`: check a params file, one line either way (make repro runs it first,
+    so a malformed file is named before DVC reads it)."""
+    import sys
+
+    from itervision.errors import cli_entry
+
+    @cli_entry
+    def check(args):
+        path = args[0] if args else DEFAULT_PARAMS
+        p = load_params(path)
+        print(f"{path}: {p.scale} scale, checked")
+    check(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -28,12 +28,17 @@ CONFIG, WEIGHTS, TRAIN_LOG, PREDICTIONS, METRICS, PROFILE = (
     "config.json", "weights.pt", "train_log.json", "predictions.npz", "metrics.json", "profile.json")
 
 
+def _pipeline(study: str, ablation: bool) -> str:
+    return f"pipelines/{study}{'-ablations' if ablation else ''}/dvc.yaml"
+
+
 def run_stage_name(study: str, dataset: str, model: str, seed: int, ablation: bool) -> str:
-    return f"run_{study}{'_ablation' if ablation else ''}@{dataset}-{model}-{seed}"
+    """The DVC stage that produces a run, as `dvc repro` takes it."""
+    return f"{_pipeline(study, ablation)}:run_{study}{'_ablation' if ablation else ''}@{dataset}-{model}-{seed}"
 
 
 def profile_stage_name(study: str, dataset: str, model: str, ablation: bool) -> str:
-    return f"profile_{study}{'_ablation' if ablation else ''}@{dataset}-{model}"
+    return f"{_pipeline(study, ablation)}:profile_{study}{'_ablation' if ablation else ''}@{dataset}-{model}"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ def _type_name(tp) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin in (list, tuple):
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+        item = typing.get_args(tp)[0]
+        plural = {int: "integers", float: "numbers", str: "strings"}.get(item)
+        return f"a list of {plural or _type_name(item)}"
     if origin is dict:
         return "a mapping"
     return {type(None): "null", int: "an integer", float: "a number", bool: "true/false", str: "a string"}.get(
@@ -116,30 +118,43 @@ def _range_text(meta) -> str:
     return meta["hint"] or "valid"
 
 
-def _check_range(value, meta) -> bool:
+def _range_problem(value, meta) -> str | None:
+    """None when the value is allowed, else what is allowed."""
     items = value if isinstance(value, (list, tuple)) else [value]
     for v in items:
         if v is None:
             continue
         if meta["choices"] is not None and v not in meta["choices"]:
-            return False
+            return _range_text(meta)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             if meta["lo"] is not None and (v <= meta["lo"] if meta["open_lo"] else v < meta["lo"]):
-                return False
+                return _range_text(meta)
             if meta["hi"] is not None and v > meta["hi"]:
-                return False
+                return _range_text(meta)
     if meta["pattern"] is not None and value is not None and not meta["pattern"](value):
-        return False
-    return True
+        return meta["hint"] or "valid"
+    return None
 
 
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def parse(cls, mapping, where: str, *, partial: bool = False, extra_ok: tuple = ()):
+def _yaml_hint(value) -> str:
+    """YAML 1.1 reads 4e-3 (no dot) as text: say so when a string is a number in disguise."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return f" (YAML reads {value} as text: write {float(value)!r})" if "e" in value.lower() else " (quoted)"
+    return ""
+
+
+def parse(cls, mapping, where: str, *, partial: bool = False, extra_ok: tuple = (), add_to: str = "params.yaml"):
     """Check `mapping` against dataclass `cls` and return an instance (or, with partial=True, a dict of the
-    keys given, checked the same way: for overlays such as `by_dataset` entries)."""
+    keys given, checked the same way: for overlays such as `by_dataset` entries). `add_to` says where a
+    missing key belongs."""
     if not isinstance(mapping, dict):
         raise UserError(f"params '{where}' must be a mapping of keys, got {_type_name(type(mapping))} "
                         f"{_short(mapping)}")
@@ -159,10 +174,10 @@ def parse(cls, mapping, where: str, *, partial: bool = False, extra_ok: tuple = 
             value = _convert(mapping[name], hints[name], dotted)
         except TypeError:
             raise UserError(f"params key '{dotted}' must be {_type_name(hints[name])}, got "
-                            f"{_short(mapping[name])}") from None
-        if not _check_range(value, f.metadata):
-            raise UserError(f"params key '{dotted}' = {_short(mapping[name])} is out of range: must be "
-                            f"{_range_text(f.metadata)}")
+                            f"{_short(mapping[name])}{_yaml_hint(mapping[name])}") from None
+        problem = _range_problem(value, f.metadata)
+        if problem:
+            raise UserError(f"params key '{dotted}' = {_short(mapping[name])} is out of range: must be {problem}")
         values[name] = value
     if partial:
         return values
@@ -174,7 +189,7 @@ def parse(cls, mapping, where: str, *, partial: bool = False, extra_ok: tuple = 
             continue
         if name not in values and f.default is REQUIRED and f.default_factory is REQUIRED:
             why = f" ({f.metadata['hint']})" if when is not None and f.metadata.get("hint") else ""
-            raise UserError(f"params key '{where}.{name}' is missing{why}; add it to params.yaml")
+            raise UserError(f"params key '{where}.{name}' is missing{why}; add it to {add_to}")
     try:
         obj = cls(**values)
     except TypeError as err:  # a required field that did not apply but has no None default

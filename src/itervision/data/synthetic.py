@@ -71,10 +71,10 @@ def cifar_dataset(out: str | Path, name: str, train_per_class: int, test_per_cla
     return Path(out)
 
 
-def imagenet_tree(out: str | Path, class_lists: list, train_per_class: int = 2, val_per_class: int = 1,
+def imagenet_tree(out: str | Path, class_lists: list, train_per_class: int = 3, val_per_class: int = 1,
                   seed: int = 0) -> Path:
     """ImageNet-layout tree for the union of the class lists: JPEGs 200-500 px on a side, every 50th one
-    CMYK, every 50th (offset) grayscale, and one truncated file."""
+    CMYK, every 50th (offset) grayscale, and three extra truncated train files (in the first three classes)."""
     from PIL import Image
 
     out, rng = Path(out), np.random.default_rng(seed)
@@ -92,9 +92,9 @@ def imagenet_tree(out: str | Path, class_lists: list, train_per_class: int = 2, 
                 mode = "CMYK" if count % 50 == 7 else "L" if count % 50 == 23 else "RGB"
                 img.convert(mode).save(folder / f"{syn}_{split}_{i}.JPEG", "JPEG", quality=80)
                 count += 1
-    first = out / "train" / synsets[0]
-    victim = sorted(first.iterdir())[0]
-    victim.write_bytes(victim.read_bytes()[:200])  # a truncated JPEG
+    for syn in synsets[:3]:  # truncated JPEGs, beside the usable ones
+        good = sorted((out / "train" / syn).iterdir())[0]
+        (out / "train" / syn / f"{syn}_train_truncated.JPEG").write_bytes(good.read_bytes()[:300])
     return out
 
 

@@ -16,7 +16,8 @@ Design choices the summary leaves open (documented in README "Recursive classifi
   `indexer_kl_weight`, computed only in training, as in DeepSeek-V3.2's indexer warm-up.
   Two kernels give the same attention: `gathered` copies the k selected keys per query and scores only them;
   `masked` hands a mask of the k selected keys to torch's fused attention. At L <= 18 the masked one is
-  faster in wall-clock (benchmarks/recursive_speed.py); the multiply-add accounting counts k keys for both.
+  faster in wall-clock (benchmarks/training_speed.py); the multiply-add accounting counts k keys for both,
+  and so does fvcore: under torch.jit tracing (FLOP counting) both run the gathered products.
 * MoE: E experts d -> d -> d with stacked weights. Dispatch sorts the N * m (token, expert) assignments by
   expert, pads each expert's rows to the largest count and runs one batched matmul per layer, instead of a
   Python loop over experts. Under torch.jit tracing (FLOP counting) it runs the exact per-expert products
@@ -79,7 +80,7 @@ class RecursiveAttention(nn.Module):
             index = (q.mean(1) @ k[:, 0].transpose(-2, -1)) * scale  # B L L: indexer scores, head-averaged query
             keep = min(self.topk, L)  # dense whenever L <= k
             sel = index.topk(keep, dim=-1).indices  # B L keep
-            if self.kernel == "gathered":
+            if self.kernel == "gathered" or torch.jit.is_tracing():  # tracing: FLOP counts of the k keys
                 idx = sel.unsqueeze(-1).expand(-1, -1, -1, dh)
                 k_sel = torch.gather(k[:, 0].unsqueeze(1).expand(B, L, L, dh), 2, idx)  # B L keep dh
                 v_sel = torch.gather(v[:, 0].unsqueeze(1).expand(B, L, L, dh), 2, idx)

@@ -1,0 +1,235 @@
+"""The bad-input corpus: every input a user could get wrong ends in exit status 2 and one line that names the
+cause and the fix, with no traceback and no output that looks complete. Params problems are checked by the
+first stage (configure) and by `python -m itervision.params`, which `make repro` runs before DVC reads
+dvc.yaml; file problems at the stage that reads the file."""
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from helpers import ROOT, prepare
+
+PY = sys.executable
+
+
+def run(cwd, *args):
+    return subprocess.run([PY, *[str(ROOT / a) if a.startswith(("stages/", "tests/")) else a for a in args]], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def assert_one_line(r, expected: str):
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    lines = [line for line in r.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr[-2000:]
+    assert expected in lines[0], lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def set_key(params: dict, dotted: str, value):
+    node, keys = params, dotted.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+
+
+PARAMS_CASES = [
+    ("train.epochs", 0, "'train.epochs' = 0 is out of range: must be >= 1"),
+    ("train.epochs", -2, "'train.epochs' = -2 is out of range"),
+    ("train.lr", "0.001x", "'train.lr' must be a number, got '0.001x'"),
+    ("train.weight_decay", "0.05", "'train.weight_decay' must be a number, got '0.05' (quoted)"),
+    ("train.crop_scale", "wide", "'train.crop_scale' must be a list of numbers"),
+    ("train.epochs", 1.5, "'train.epochs' must be an integer, got 1.5"),
+    ("architectures.recursive.dim", -16, "'architectures.recursive.dim' = -16 is out of range"),
+    ("architectures.recursive.steps", 0, "'architectures.recursive.steps' = 0 is out of range"),
+    ("architectures.recursive.topk", 0, "'architectures.recursive.topk' = 0 is out of range"),
+    ("train", ["a", "list"], "params 'train' must be a mapping of keys"),
+    ("seeds", 5, "'seeds' must be a non-empty list of integers, got 5"),
+    ("seeds", [0, 0], "'seeds' repeats seed 0"),
+    ("ablation_seeds", [1], "ablation_seeds [1] must be a prefix of seeds"),
+    ("train.randaugment", "rand-xyz", "'train.randaugment' = 'rand-xyz' is out of range"),
+    ("recursive.main", ["sa-mlp", "nope"], "unknown model 'nope'"),
+    ("models.sa-mlp.arch", "nope", "names arch 'nope'"),
+    ("train.lerning_rate", 1.0, "unknown key 'train.lerning_rate'"),
+    ("evaluate.trace_imgs", 4, "unknown key 'evaluate.trace_imgs'"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    prepare(root)
+    return root
+
+
+@pytest.mark.parametrize("key,value,expected", PARAMS_CASES, ids=[f"{k}={v!r}" for k, v, _ in PARAMS_CASES])
+def test_bad_params_value(tmp_path, key, value, expected):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    set_key(params, key, value)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    for cmd in (["-m", "itervision.params"], ["stages/configure.py"]):
+        assert_one_line(run(tmp_path, *cmd), expected)
+    assert not (tmp_path / "configs").exists()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("train: [unclosed\n", "not valid YAML at line"),
+    ("- a list\n", "must be a mapping of groups"),
+])
+def test_malformed_params_file(tmp_path, text, expected):
+    (tmp_path / "params.yaml").write_text(text)
+    assert_one_line(run(tmp_path, "stages/configure.py"), expected)
+
+
+@pytest.mark.parametrize("damage,expected", [
+    ("truncate", "is not a readable gzip file"),
+    ("not-gzip", "is not a readable gzip file"),
+    ("missing", "does not hold the fashion_mnist files"),
+])
+def test_bad_fashion_mnist_source(tmp_path, damage, expected):
+    prepare(tmp_path)
+    shutil.rmtree(tmp_path / "data/prepared")
+    f = tmp_path / "source/fashion_mnist/train-images-idx3-ubyte.gz"
+    if damage == "truncate":
+        f.write_bytes(f.read_bytes()[:1000])
+    elif damage == "not-gzip":
+        f.write_bytes(b"<html>not found</html>")
+    else:
+        f.unlink()
+    assert_one_line(run(tmp_path, "stages/make_subset.py", "--dataset", "fashion_mnist"), expected)
+    assert not (tmp_path / "data/prepared/fashion_mnist").exists()
+
+
+def test_unknown_dataset_and_missing_imagenet_root(tiny):
+    assert_one_line(run(tiny, "stages/make_subset.py", "--dataset", "cifar7"), "has no entry under subset")
+
+
+def test_corrupt_prepared_split(tmp_path):
+    prepare(tmp_path)
+    (tmp_path / "data/prepared/fashion_mnist/train.npz").write_bytes(b"PK\x03\x04 truncated")
+    r = run(tmp_path, "stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "sa-mlp",
+            "--seed", "0", "--quiet")
+    assert_one_line(r, "train.npz is unreadable (BadZipFile); regenerate it with "
+                       "`dvc repro --force make_subset@fashion_mnist`")
+    assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0/metrics.json").exists()
+
+
+def test_prepared_data_that_does_not_match_its_manifest(tmp_path):
+    import numpy as np
+
+    prepare(tmp_path)
+    f = tmp_path / "data/prepared/fashion_mnist/train.npz"
+    with np.load(f) as d:
+        arrays = dict(d)
+    arrays["labels"] = arrays["labels"][::-1].copy()
+    np.savez(f, **arrays)
+    r = run(tmp_path, "stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "sa-mlp",
+            "--seed", "0", "--quiet")
+    assert_one_line(r, "does not match the checksum in manifest.json")
+
+
+@pytest.mark.parametrize("content", ["list", "garbage", "tensor"])
+def test_foreign_checkpoint(tmp_path, content):
+    prepare(tmp_path)
+    ckpt = tmp_path / "checkpoints/recursive/fashion_mnist/sa-mlp/seed0/last.pt"
+    ckpt.parent.mkdir(parents=True)
+    if content == "list":
+        torch.save([1, 2, 3], ckpt)
+    elif content == "tensor":
+        torch.save(torch.zeros(3), ckpt)
+    else:
+        ckpt.write_bytes(pickle.dumps(object))
+    r = run(tmp_path, "stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "sa-mlp",
+            "--seed", "0", "--quiet")
+    assert_one_line(r, f"checkpoint {Path('checkpoints/recursive/fashion_mnist/sa-mlp/seed0/last.pt')}")
+    assert "rm -r checkpoints/recursive/fashion_mnist/sa-mlp/seed0" in r.stderr
+
+
+def test_stale_temp_files_of_interrupted_writes_are_removed(tmp_path):
+    prepare(tmp_path)
+    ckdir = tmp_path / "checkpoints/recursive/fashion_mnist/sa-mlp/seed0"
+    ckdir.mkdir(parents=True)
+    stale = ckdir / ".last.pt.k3j2l1.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    r = run(tmp_path, "tests/train_with_fault.py", "sa-mlp", "0", "crash", "25")
+    assert r.returncode == 137 and not stale.exists() and (ckdir / "last.pt").exists()
+    assert not list(ckdir.glob(".*.tmp"))
+
+
+@pytest.fixture(scope="module")
+def results(built_repo, tmp_path_factory):
+    """A copy of the session's tiny repository with its complete results."""
+    dst = tmp_path_factory.mktemp("results") / "repo"
+    shutil.copytree(built_repo, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture
+def broken(results, tmp_path):
+    dst = tmp_path / "repo"
+    shutil.copytree(results, dst, symlinks=True)
+    return dst
+
+
+RUN = "runs/recursive/fashion_mnist/sa-mlp/seed1"
+FIX = "regenerate it with `dvc repro --force pipelines/recursive/dvc.yaml:run_recursive@fashion_mnist-sa-mlp-1`"
+
+
+@pytest.mark.parametrize("name,damage,expected", [
+    ("predictions.npz", b"PK\x03\x04 not a zip", f"{RUN}/predictions.npz is unreadable (BadZipFile); {FIX}"),
+    ("metrics.json", b'{"splits": {"test"', f"{RUN}/metrics.json is not valid JSON"),
+    ("metrics.json", b'{"model": "sa-mlp"}', f"{RUN}/metrics.json lacks 'splits'; {FIX}"),
+    ("train_log.json", None, f"{RUN}/train_log.json is missing; {FIX}"),
+    ("config.json", b"[]", f"{RUN}/config.json does not hold a JSON object; {FIX}"),
+])
+def test_a_broken_run_is_named_by_the_aggregate_stage(broken, name, damage, expected):
+    target = broken / RUN / name
+    target.unlink() if damage is None else target.write_bytes(damage)
+    before = (broken / "metrics/recursive/aggregate.json").read_bytes()
+    assert_one_line(run(broken, "stages/aggregate.py", "--study", "recursive"), expected)
+    assert (broken / "metrics/recursive/aggregate.json").read_bytes() == before  # nothing half-written
+
+
+def test_every_broken_run_is_named_at_once(broken):
+    for seed in (0, 1):
+        (broken / f"runs/recursive/fashion_mnist/dsa-moe/seed{seed}/metrics.json").write_text("{")
+    r = run(broken, "stages/aggregate.py", "--study", "recursive")
+    assert_one_line(r, "dsa-moe/seed0/metrics.json is not valid JSON")
+    assert "and 1 more" in r.stderr and "dsa-moe/seed1/metrics.json" in r.stderr
+
+
+def test_a_missing_run_and_a_missing_profile(broken):
+    shutil.rmtree(broken / "runs/sparseformer/fashion_mnist/sf-static-9/seed0")
+    (broken / "runs/sparseformer/fashion_mnist/sf-recurrent/profile.json").unlink()
+    r = run(broken, "stages/aggregate.py", "--study", "sparseformer")
+    assert_one_line(r, "runs/sparseformer/fashion_mnist/sf-static-9/seed0/config.json is missing; regenerate it with "
+                       "`dvc repro --force pipelines/sparseformer/dvc.yaml:run_sparseformer@fashion_mnist-sf-static-9-0`")
+
+
+def test_a_truncated_aggregate_before_report(broken):
+    (broken / "metrics/recursive/aggregate.json").write_text('{"seeds": [0,')
+    assert_one_line(run(broken, "stages/report.py", "--study", "recursive"),
+                    "metrics/recursive/aggregate.json is not valid JSON")
+
+
+def test_gate_input_errors_are_exit_2_never_1(tmp_path):
+    (tmp_path / "bad.json").write_text("{")
+    for args in (["--diff-json", str(tmp_path / "missing.json")], ["--diff-json", str(tmp_path / "bad.json")],
+                 ["no-such-revision-xyz"]):
+        r = run(ROOT, "stages/check_regressions.py", *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_repro_entry_checks_params_before_dvc_reads_them(tmp_path):
+    """`make repro` runs `python -m itervision.params` first: seeds: 5 is our one line, not DVC's parse error."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = text.split("\nrepro:")[1].split("\n\n")[0]
+    assert recipe.index("itervision.params") < recipe.index("dvc repro")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["seeds"] = 5
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert_one_line(run(tmp_path, "-m", "itervision.params"), "'seeds' must be a non-empty list of integers")
