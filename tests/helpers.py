@@ -100,7 +100,7 @@ def make_repo(dst: Path) -> Path:
             shutil.copy2(src, dst / f)
     from itervision.data.synthetic import idx_dataset
 
-    idx_dataset(dst / "synthetic" / "fashion_mnist", 20, 5)
+    idx_dataset(dst / "synthetic" / "fashion_mnist", 30, 10)
     (dst / ".gitignore").write_text((dst / ".gitignore").read_text() + "/synthetic/\n")
     (dst / ".dvc" / "config").write_text("[core]\n    analytics = false\n")  # no shared cache here
     sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", dst)

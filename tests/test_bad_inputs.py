@@ -52,7 +52,7 @@ PARAMS_CASES = [
     ("seeds", [0, 0], "'seeds' repeats seed 0"),
     ("ablation_seeds", [1], "ablation_seeds [1] must be a prefix of seeds"),
     ("train.randaugment", "rand-xyz", "'train.randaugment' = 'rand-xyz' is out of range"),
-    ("recursive.main", ["sa-mlp", "nope"], "unknown model 'nope'"),
+    ("recursive.main", ["sa-mlp", "dsa-moe", "nope"], "unknown model 'nope'"),
     ("models.sa-mlp.arch", "nope", "names arch 'nope'"),
     ("train.lerning_rate", 1.0, "unknown key 'train.lerning_rate'"),
     ("evaluate.trace_imgs", 4, "unknown key 'evaluate.trace_imgs'"),

@@ -82,7 +82,7 @@ def test_gate_exit_codes_and_output(tmp_path):
     assert r.returncode == 0 and "1 accuracy metrics compared" in r.stdout
     scales = diff_file(tmp_path, {"params.yaml": {"scale": {"old": "cpu", "new": "tiny"}}}, "params.json")
     r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, same), "--params-diff-json", scales)
-    assert r.returncode == 2 and "different scales (cpu vs tiny)" in r.stderr
+    assert r.returncode == 2 and "different scales (cpu vs tiny in params.yaml)" in r.stderr
     for broken in ("missing.json", diff_file(tmp_path, {}, "x.json")):
         if broken != "missing.json":
             (tmp_path / "x.json").write_text("{truncated")

@@ -137,8 +137,9 @@ def test_push_and_pull_through_an_s3_compatible_server(repo, tmp_path):
 def test_kill_minus_nine_during_a_run_stage_then_repro_completes_with_the_same_results(repo, tmp_path):
     fresh = make_repo(tmp_path / "killed")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.Popen("dvc repro aggregate_recursive", cwd=fresh, shell=True, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # dvc itself is the child (no shell in between), so the wait below reaps it and its lock is seen as free
+    proc = subprocess.Popen([str(BIN / "dvc"), "repro", "aggregate_recursive"], cwd=fresh, env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, killed = time.time() + 600, False
     while time.time() < deadline:  # kill once a run stage is training (its checkpoint folder exists)
         if any((fresh / "checkpoints").rglob("last.pt")):

@@ -15,6 +15,7 @@ command that regenerates it.
 """
 from __future__ import annotations
 
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +133,9 @@ class RunRecord:
         if not path.exists():
             raise UserError(f"weights {path} not found; run the training first (`dvc repro {self.stage}`)")
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch warns about foreign pickles before it refuses them
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated, foreign or unsafe file: all mean "retrain"
             raise UserError(f"weights {path} are unreadable ({type(err).__name__}); {self.fix}") from None
         if not isinstance(state, dict):

@@ -147,7 +147,11 @@ def _yaml_hint(value) -> str:
             float(value)
         except ValueError:
             return ""
-        return f" (YAML reads {value} as text: write {float(value)!r})" if "e" in value.lower() else " (quoted)"
+        if "e" not in value.lower():
+            return " (quoted)"
+        mantissa, exponent = value.lower().split("e", 1)
+        mantissa = mantissa if "." in mantissa else mantissa + ".0"
+        return f" (YAML reads {value} as text: write {mantissa}e{exponent})"
     return ""
 
 

@@ -14,8 +14,9 @@ Written here rather than with timm/torchvision transforms because those draw par
 image at a time, from the global random state, in Python: on 28-32 px images that per-image work costs more
 than the model (447 img/s in the pipeline against about 1,000 for the model alone, measured). The
 distributions follow timm's: crop area uniform in `crop_scale`, log aspect ratio uniform in log(3/4, 4/3);
-erasing area uniform in [0.02, 1/3] of the image, log aspect uniform in log(0.3, 1/0.3). Where timm retries
-a crop or an erasing box that does not fit up to 10 times, the box is clipped to the image instead.
+erasing area uniform in [0.02, 1/3] of the image, log aspect uniform in log(0.3, 1/0.3). Where torchvision
+retries a crop that does not fit up to 10 times before falling back to the whole image, the crop falls back
+at once (so crop_scale [1, 1] is no crop at all); an erasing box that does not fit is clipped to the image.
 """
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ def crop_flip_theta(gen: torch.Generator, n: int, h: int, w: int, aug: BatchAugm
     lo, hi = aug.crop_scale
     area = _uniform(gen, n, lo, hi)
     ratio = torch.exp(_uniform(gen, n, *LOG_RATIO))
-    cw = torch.sqrt(area * ratio).clamp(max=1.0)  # crop width and height as fractions of the image
-    ch = torch.sqrt(area / ratio).clamp(max=1.0)
+    cw, ch = torch.sqrt(area * ratio), torch.sqrt(area / ratio)  # crop size as fractions of the image
+    fits = (cw <= 1) & (ch <= 1)  # a crop that does not fit becomes the whole image (torchvision's fallback)
+    cw, ch = torch.where(fits, cw, torch.ones_like(cw)), torch.where(fits, ch, torch.ones_like(ch))
     cx = (torch.rand(n, generator=gen) * 2 - 1) * (1 - cw)  # crop centre, keeping the crop inside the image
     cy = (torch.rand(n, generator=gen) * 2 - 1) * (1 - ch)
     if aug.crop_pad:  # pad-and-crop: an integer shift of up to crop_pad pixels, zeros outside

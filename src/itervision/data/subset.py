@@ -144,42 +144,54 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
         raise UserError(f"class {missing[0]} of {class_list} is absent from {root}/train"
                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
                         + "; fix the class list or the ImageNet root")
-    rng = np.random.default_rng(seed)
     tmp = fresh_temp_dir(out)
-    jobs, rows = [], []
+    # convert every image first (into a pool), then draw the hold-outs among the readable ones, so an unreadable
+    # file never takes a hold-out or calibration place
+    jobs, sources = [], []  # (source, pool path, short side), (class index, synset, source split)
     for ci, syn in enumerate(synsets):
         train_files = list_images(root / "train" / syn)
         if len(train_files) < holdout_per_class + calib_per_class + 1:
             shutil.rmtree(tmp)
             raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out "
                             f"{holdout_per_class + calib_per_class}; lower holdout_per_class/calib_per_class")
-        order = rng.permutation(len(train_files)).tolist()
-        split_of = {i: "holdout" for i in order[:holdout_per_class]}
-        split_of.update({i: "calib" for i in order[holdout_per_class:holdout_per_class + calib_per_class]})
-        for i, f in enumerate(train_files):
-            split = split_of.get(i, "train")
-            rows.append((f"{split}/{syn}/{f.stem}.JPEG", ci, syn, split))
-            jobs.append((str(f), str(tmp / rows[-1][0]), short_side))
-        for f in list_images(root / "val" / syn):
-            rows.append((f"val/{syn}/{f.stem}.JPEG", ci, syn, "val"))
-            jobs.append((str(f), str(tmp / rows[-1][0]), short_side))
+        for split, files in (("train", train_files), ("val", list_images(root / "val" / syn))):
+            for f in files:
+                jobs.append((str(f), str(tmp / "_pool" / split / syn / f"{f.stem}.JPEG"), short_side))
+                sources.append((ci, syn, split))
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(_convert_one, jobs, chunksize=64))
     else:
         results = [_convert_one(j) for j in jobs]
     bad = [{"path": jobs[i][0], "error": err} for i, (_, err) in enumerate(results) if err]
-    bad_set = {b["path"] for b in bad}
-    good_rows = [r for r, j in zip(rows, jobs) if j[0] not in bad_set]
     fraction = len(bad) / max(1, len(jobs))
     if fraction > max_bad_fraction:
         shutil.rmtree(tmp)
         raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
                         f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
+    good = {}  # (class index, source split) -> pool paths, in sorted order
+    for (ci, syn, split), job, (_, err) in zip(sources, jobs, results):
+        if not err:
+            good.setdefault((ci, split), []).append(Path(job[1]))
+    rng = np.random.default_rng(seed)
+    good_rows = []
+    for ci, syn in enumerate(synsets):
+        train = good.get((ci, "train"), [])
+        order = rng.permutation(len(train)).tolist()
+        split_of = {i: "holdout" for i in order[:holdout_per_class]}
+        split_of.update({i: "calib" for i in order[holdout_per_class:holdout_per_class + calib_per_class]})
+        placed = [(split_of.get(i, "train"), f) for i, f in enumerate(train)]
+        placed += [("val", f) for f in good.get((ci, "val"), [])]
+        for split, f in placed:
+            rel = f"{split}/{syn}/{f.name}"
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            f.rename(tmp / rel)
+            good_rows.append((rel, ci, syn, split))
+    shutil.rmtree(tmp / "_pool")
     counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
     for _, _, syn, split in good_rows:
         counts[split][syn] += 1
-    _check_class_counts(counts, holdout_per_class, calib_per_class, tmp)
+    _check_class_counts(counts, calib_per_class, tmp)
     with open(tmp / "manifest.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class_index", "synset", "split", "bytes"])
@@ -195,9 +207,9 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
     return summary
 
 
-def _check_class_counts(counts: dict, holdout: int, calib: int, tmp: Path) -> None:
+def _check_class_counts(counts: dict, calib: int, tmp: Path) -> None:
     """Fail when a class has no usable image in a split that must hold some (train; val or the hold-out,
-    which make the evaluation set; calib when asked for); warn when the corrupt files took some."""
+    which make the evaluation set; calib when asked for); warn when a class has no val images."""
     empty = []
     for syn in counts["train"]:
         if counts["train"][syn] == 0:
@@ -210,11 +222,7 @@ def _check_class_counts(counts: dict, holdout: int, calib: int, tmp: Path) -> No
         shutil.rmtree(tmp)
         raise UserError(f"class {empty[0]}" + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
                         + "; every class needs images in every split: fix the source folder or the class list")
-    short = [syn for syn in counts["holdout"] if counts["holdout"][syn] < holdout or counts["calib"][syn] < calib]
     no_val = [syn for syn in counts["val"] if counts["val"][syn] == 0]
-    if short:
-        print(f"warning: {len(short)} classes (first {short[0]}) lost hold-out or calibration images to unreadable "
-              f"files", file=sys.stderr)
     if no_val:
         print(f"warning: {len(no_val)} classes (first {no_val[0]}) have no val images; their evaluation images "
               f"are the hold-out alone", file=sys.stderr)

@@ -8,6 +8,7 @@ run's outputs are complete, so a finished run never leaves one behind to be pick
 """
 from __future__ import annotations
 
+import warnings
 import hashlib
 import json
 import shutil
@@ -52,7 +53,9 @@ def load_checkpoint(path: str | Path, fingerprint: str) -> dict | None:
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickles before it refuses them
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated, foreign or unsafe file
         raise UserError(f"checkpoint {path} is unreadable ({type(err).__name__}); delete it to start the run "
                         f"over (`rm -r {path.parent}`)") from None

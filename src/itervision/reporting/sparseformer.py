@@ -10,10 +10,11 @@ from itervision.reporting.tables import budget_note, fmt_ci, fmt_p, load_referen
 REFERENCE = Path("data/reference/sparseformer.csv")
 
 
-def _pub(ref, dataset, row, q):
-    """A published number for the same row: on the same dataset, else on either ImageNet subset."""
+def _pub(ref, dataset, row, q, *also):
+    """A published number for the same row: on the same dataset, else on either ImageNet subset. With `also`
+    (more (row, quantity) pairs), only a dataset that publishes all of them, so paired numbers share a source."""
     for ds in (dataset, "imagenet100", "imagenet200"):
-        if (ds, row, q) in ref:
+        if (ds, row, q) in ref and all((ds, r, qq) in ref for r, qq in also):
             return ref[(ds, row, q)], ds
     return None, None
 
@@ -63,8 +64,9 @@ def claims(agg: dict) -> list[str]:
                 + f". Verdict: {'holds at this scale' if holds else 'not established at this scale'}.")
         for m in d["memory_ablation"]["rounds"]:
             diff = m["difference"]
-            pub_w, pds = _pub(ref, ds, f"recurrent exit {m['round']}", "top1")
-            pub_wo, _ = _pub(ref, ds, f"no-memory exit {m['round']}", "top1")
+            pair = (f"no-memory exit {m['round']}", "top1")
+            pub_w, pds = _pub(ref, ds, f"recurrent exit {m['round']}", "top1", pair)
+            pub_wo = ref.get((pds, *pair)) if pds else None
             pub = f"; published ({pds}): {pub_w:.2f} vs {pub_wo:.2f}" if pub_w and pub_wo else ""
             out.append(f"- Round {m['round']} with memory {fmt_ci(m['with'])} vs without {fmt_ci(m['without'])}: "
                        f"{diff['mean'] * 100:+.2f} ± {diff['half_width'] * 100:.2f} points (Holm p = "
