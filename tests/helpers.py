@@ -95,7 +95,8 @@ def make_repo(dst: Path) -> Path:
                            text=True, check=True).stdout.split()
     for f in files:
         src = ROOT / f
-        if src.is_file() and not f.startswith(("metrics/", "plots/", "configs/resolved/")) and not f.endswith("dvc.lock"):
+        generated = f.startswith(("metrics/", "plots/", "configs/resolved/")) or f.endswith("dvc.lock")
+        if src.is_file() and not generated:
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst / f)
     from itervision.data.synthetic import idx_dataset

@@ -207,7 +207,8 @@ def test_a_missing_run_and_a_missing_profile(broken):
     (broken / "runs/sparseformer/fashion_mnist/sf-recurrent/profile.json").unlink()
     r = run(broken, "stages/aggregate.py", "--study", "sparseformer")
     assert_one_line(r, "runs/sparseformer/fashion_mnist/sf-static-9/seed0/config.json is missing; regenerate it with "
-                       "`dvc repro --force pipelines/sparseformer/dvc.yaml:run_sparseformer@fashion_mnist-sf-static-9-0`")
+                       "`dvc repro --force pipelines/sparseformer/dvc.yaml:"
+                       "run_sparseformer@fashion_mnist-sf-static-9-0`")
 
 
 def test_a_truncated_aggregate_before_report(broken):

@@ -346,3 +346,16 @@ def test_augmentation_depends_only_on_the_generator():
     assert torch.equal(a, augment(images, torch.Generator().manual_seed(7), aug))
     assert not torch.equal(a, augment(images, torch.Generator().manual_seed(8), aug))
     assert math.isfinite(a.sum().item())
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_randaugment_on_the_tensor_path_for_grayscale_and_colour(channels):
+    from itervision.data.loaders import TensorBatches
+
+    images = torch.randint(0, 256, (16, 28, 28, channels), dtype=torch.uint8)
+    aug = BatchAugment(img_size=28, mean=(0.5,) * channels, std=(0.25,) * channels)
+    a = TensorBatches(images, torch.arange(16) % 4, aug, batch_size=8, seed=0, randaugment="rand-m9-mstd0.5-inc1")
+    b = TensorBatches(images, torch.arange(16) % 4, aug, batch_size=8, seed=0, randaugment="rand-m9-mstd0.5-inc1")
+    first, second = list(a.epoch(0)), list(b.epoch(0))
+    assert first[0][1].shape == (8, channels, 28, 28)
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(first, second))  # seeded per batch

@@ -36,8 +36,8 @@ def same_weights(a, b):
 def train_and_evaluate(model, seed, study):
     record = RunRecord(study, "fashion_mnist", model, seed)
     mj, rj = read_resolved("fashion_mnist", model, "model.json"), read_resolved("fashion_mnist", model, "run.json")
-    log = train_run(record=record, model_cfg=mj["config"], train_cfg=rj["train"], prepared=prepared_dir("fashion_mnist"),
-                    progress=False)
+    log = train_run(record=record, model_cfg=mj["config"], train_cfg=rj["train"],
+                    prepared=prepared_dir("fashion_mnist"), progress=False)
     return log, evaluate_run(record, mj, rj, prepared_dir("fashion_mnist")), weights(record.path("weights.pt"))
 
 

@@ -150,8 +150,8 @@ def test_gradients_reach_indexer_router_experts_and_encoder():
     loss = sum(F.cross_entropy(lg, torch.arange(4) % 5) for lg in out["logits"]) + out["aux_loss"]
     loss.backward()
     blk = m.blocks[0]
-    for name, p in [("router", blk.ffn.router.weight), ("expert", blk.ffn.w1), ("encoder", m.encoder.features[0].weight),
-                    ("class_embed", m.class_embed)]:
+    for name, p in [("router", blk.ffn.router.weight), ("expert", blk.ffn.w1),
+                    ("encoder", m.encoder.features[0].weight), ("class_embed", m.class_embed)]:
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     # the indexer has no weights of its own: its scores (head-averaged q . shared k) learn through the KL term
     m = RecursiveClassifier(dataclasses.replace(m.cfg, balance_weight=0.0))
@@ -232,7 +232,8 @@ def test_paper_configuration_reproduces_published_figures():
     # same formulas at another size: the built model agrees with the analytic count
     other = rec_config(**{**base, "dim": 96, "heads": 4, "blocks": 3, "encoder_widths": [8, 16, 32]},
                        attention="dsa", ffn="moe")
-    assert accounting.analytic_params(other)["stored"] == sum(p.numel() for p in RecursiveClassifier(other).parameters())
+    built = RecursiveClassifier(other)
+    assert accounting.analytic_params(other)["stored"] == sum(p.numel() for p in built.parameters())
 
 
 def test_same_seed_same_model_and_outputs():

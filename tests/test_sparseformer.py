@@ -112,7 +112,7 @@ def test_gradients_reach_boxes_offsets_mixing_generator_and_memory():
             blk.box_delta.weight.normal_(0, 0.1)
             blk.mixing.generator[1].weight.normal_(0, 0.01)
     out = m(torch.randn(4, 1, 28, 28))
-    sum(F.cross_entropy(l, torch.arange(4)) for l in out["logits"]).backward()
+    sum(F.cross_entropy(lg, torch.arange(4)) for lg in out["logits"]).backward()
     for name, p in [("boxes", m.token_boxes[1]), ("offsets", m.focus.offsets.weight),
                     ("generator", m.focus.mixing.generator[1].weight), ("memory", m.memory.attn.q.weight),
                     ("memory scale", m.memory.scale), ("box encoding", m.memory.box_encoding.weight)]:

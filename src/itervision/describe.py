@@ -77,7 +77,8 @@ def main(argv=None):
         if "fvcore" in report:
             print(f"  fvcore matmul FLOPs / analytic = {report['fvcore']['matmul_vs_analytic']:.4f}")
     for e, g in enumerate(report.get("gflops_per_exit", [])):
-        extra = f", complete {report['gflops_complete_per_exit'][e]:.4f}" if "gflops_complete_per_exit" in report else ""
+        complete = report.get("gflops_complete_per_exit")
+        extra = f", complete {complete[e]:.4f}" if complete else ""
         pub = (report.get("published", {}).get("gflops_per_exit") or [None] * (e + 1))
         pubs = f", published {pub[e]:.3f}" if e < len(pub) and pub[e] else ""
         print(f"  exit {e + 1}: {g:.4f} GFLOPs{extra}{pubs}")

@@ -69,7 +69,8 @@ def aggregate(p: Params) -> dict:
         for m in getattr(s, name):
             r0 = runs[(abl_ds, m, abl_seeds[0])]
             costs = profiles[(abl_ds, m)]["costs"]
-            row = {"model": m, key: r0["config"]["config"][key], "top1": mean_ci(series(runs, abl_ds, m, abl_seeds, top1)),
+            row = {"model": m, key: r0["config"]["config"][key],
+                   "top1": mean_ci(series(runs, abl_ds, m, abl_seeds, top1)),
                    "avg_sparsity_formula": costs.get("avg_sparsity"),
                    "avg_sparsity_measured": mean_ci(series(runs, abl_ds, m, abl_seeds, _measured_sparsity)),
                    "macs_per_image": costs["macs_per_image"]}

@@ -212,8 +212,8 @@ def summary_metrics(agg: dict) -> dict:
             out.setdefault(ds, {})[m] = entry
         ee = out[ds].setdefault("early_exit", {})
         for b in d["matched_cost"]:
-            ee[f"at_{b['budget_model']}"] = {"top1": {"mean": b["accuracy"]["mean"], "ci95": b["accuracy"]["half_width"],
-                                                      "n": b["accuracy"]["n"]},
+            acc = b["accuracy"]
+            ee[f"at_{b['budget_model']}"] = {"top1": {"mean": acc["mean"], "ci95": acc["half_width"], "n": acc["n"]},
                                              "diff": {"mean": b["difference"]["mean"],
                                                       "p_holm": b["difference"]["p_holm"]}}
         ee["saving_to_target"] = {"mean": d["reach_static"]["saving"]["mean"]}

@@ -105,7 +105,7 @@ class TensorBatches:
         self.sampler = RepeatedAugmentationSampler(len(labels), world, rank, seed, repeats)
         steps = len(self.sampler) // batch_size
         self.steps = min(steps, max_steps) if max_steps else steps
-        self.randaugment = _rand_augment(randaugment) if randaugment else None
+        self.randaugment = _rand_augment(randaugment, aug.mean) if randaugment else None
 
     def __len__(self) -> int:
         return self.steps
@@ -122,10 +122,13 @@ class TensorBatches:
             yield b, augment(images, gen, self.aug), self.labels[idx]
 
 
-def _rand_augment(spec: str):
+def _rand_augment(spec: str, mean) -> object:
+    """timm's RandAugment for images of the dataset's channel count (fill colour: the dataset mean, one value
+    per channel; an RGB fill on a grayscale image makes PIL raise)."""
     from timm.data.auto_augment import rand_augment_transform  # timm's import (4 s) is paid only when used
 
-    return rand_augment_transform(spec, {"translate_const": 10, "img_mean": (124, 116, 104)})
+    return rand_augment_transform(spec, {"translate_const": 10,
+                                         "img_mean": tuple(min(255, round(255 * m)) for m in mean)})
 
 
 def _apply_pil(images: torch.Tensor, transform, seed: int) -> torch.Tensor:

@@ -110,8 +110,9 @@ def main(argv=None):
     for name in ("mnist", "fashion_mnist"):
         idx_dataset(out / name, args.train_per_class, args.test_per_class, seed=len(name))
     for name in ("cifar10", "cifar100"):
-        cifar_dataset(out / name, name, args.train_per_class if name == "cifar10" else max(6, args.train_per_class // 2),
-                      args.test_per_class if name == "cifar10" else 2, seed=len(name))
+        small = name == "cifar100"  # 100 classes: half the images per class
+        cifar_dataset(out / name, name, max(6, args.train_per_class // 2) if small else args.train_per_class,
+                      2 if small else args.test_per_class, seed=len(name))
     if args.imagenet_lists:
         imagenet_tree(out / "imagenet", args.imagenet_lists)
     print(f"synthetic datasets in {out}")

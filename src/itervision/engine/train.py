@@ -197,7 +197,8 @@ def train_run(*, record: RunRecord, model_cfg: dict, train_cfg: dict, prepared: 
                         row.update({f"loss_exit{i + 1}": v / n for i, v in enumerate(acc["exit_loss"])})
                         log.append(row)
                         if progress and is_main():
-                            tqdm.write(f"{model_name} s{seed} epoch {epoch + 1}/{cfg['epochs']}: loss {row['loss']:.4f}, "
+                            tqdm.write(f"{model_name} s{seed} epoch {epoch + 1}/{cfg['epochs']}: "
+                                       f"loss {row['loss']:.4f}, "
                                        f"{row['images_per_s']:.0f} img/s, {row['seconds']:.1f} s")
                     if step in curve_at and is_main():
                         curve.append(curve_point(step))

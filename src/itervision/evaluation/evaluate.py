@@ -35,7 +35,8 @@ def evaluate_run(record: RunRecord, model_json: dict, run_json: dict, prepared: 
                                                       workers=run_json["train"]["workers"]))
                  for s in EVAL_SPLITS}
     metrics = {"model": record.model, "seed": record.seed,
-               "splits": {s: {"n": int(len(d["label"])), "top1_per_exit": top1_per_exit(d)} for s, d in per_split.items()}}
+               "splits": {s: {"n": int(len(d["label"])), "top1_per_exit": top1_per_exit(d)}
+                          for s, d in per_split.items()}}
     if model_json["config"]["family"] == "recursive":
         metrics["traces"] = recursive_traces(model, eval_batches(prepared, "test", size, ev["batch_size"],
                                                                  interpolation=interpolation), ev["trace_images"])

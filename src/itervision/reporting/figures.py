@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from itervision.io import atomic_path, write_text  # noqa: E402
 from itervision.reporting.tables import load_reference  # noqa: E402
@@ -63,7 +63,8 @@ def learning_curves(curves: dict, out_png: Path, out_csv: Path, title: str) -> N
             rows += [[m, split, x, *v, "curve"] for x, v in zip(c["images"], r)]
     ax.set(xlabel="training images seen", ylabel="top-1 of the last exit (%)", title=title)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
-    ax.legend(fontsize=7, ncol=2, title="solid: test, dotted: calib", title_fontsize=7)
+    ax.legend(fontsize=7, title="solid: test, dotted: calib", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     save(fig, out_png)
     write_csv(out_csv, ["model", "split", "images", "top1", "low", "high", "kind"], rows)
 
@@ -85,11 +86,12 @@ def recursive_figures(agg: dict, out: Path) -> None:
     pub = ref.get((ds0, agg["reference"], "top1"))
     if pub:
         ax.axhline(pub, color="grey", ls=":", lw=1)
-        ax.annotate(f"published {agg['reference']}, 16 steps, 1 seed: {pub:.1f}%", (1, pub), xytext=(2, -10),
-                    textcoords="offset points", fontsize=7, color="grey")
+        ax.annotate(f"published {agg['reference']} ({ds0}, 16 steps, 1 seed): {pub:.1f}%", (1, pub),
+                    xytext=(2, -10), textcoords="offset points", fontsize=7, color="grey")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="recursion step (exit)", ylabel="test top-1 (%)", title=f"Accuracy at every step ({ds0})")
-    ax.legend(fontsize=7, ncol=2, title="solid: main, dashed: ablations", title_fontsize=7)
+    ax.legend(fontsize=7, title="solid: main, dashed: ablations", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     save(fig, out / "accuracy_per_step.png")
     write_csv(out / "dvc" / "accuracy_per_step.csv", ["model", "step", "top1", "low", "high", "kind"], rows)
 
@@ -155,6 +157,19 @@ def _published_frontier(ref: dict, dataset: str) -> tuple[str | None, dict]:
     return None, {}
 
 
+def _log_ticks(ax, xs) -> None:
+    """A log x axis with ticks at the given values (the static models' costs), labelled plainly."""
+    ax.set_xscale("log")
+    kept = []
+    for x in sorted(set(xs)):
+        if not kept or math.log(x / kept[-1]) > 0.15:  # no two labels on top of each other
+            kept.append(x)
+    ax.set_xticks(kept)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelsize=7)
+
+
 def _label_points(ax, points: list[tuple[float, float, str]]) -> None:
     """Labels beside static points, nudged apart vertically where they would overlap."""
     placed = []
@@ -196,7 +211,7 @@ def sparseformer_figures(agg: dict, out: Path) -> None:
                 xs, ys = zip(*pub.values())
                 ax.scatter(xs, ys, label="published (1 run)", **PUBLISHED)
                 rows += [[row, x, y, y, y, "published"] for row, (x, y) in pub.items()]
-            ax.set_xscale("log")
+            _log_ticks(ax, [x for x, _, _ in statics])
             ax.set(xlabel=label, ylabel="test top-1 (%)",
                    title=f"Accuracy vs {'GFLOPs' if axis == 'gflops' else 'latency'} ({ds}, test-split sweep)")
             ax.legend(fontsize=7)
@@ -207,7 +222,7 @@ def sparseformer_figures(agg: dict, out: Path) -> None:
                     pax.scatter([x], [y], marker=marker, color="black" if marker == "s" else "tab:blue")
                     pax.annotate(row.replace("recurrent ", "rec. "), (x, y), textcoords="offset points",
                                  xytext=(4, -10), fontsize=7)
-                pax.set_xscale("log")
+                _log_ticks(pax, [x for row, (x, _) in pub.items() if row.startswith("static")])
                 pax.set(xlabel="GFLOPs per image (as published)", ylabel="top-1 (%)",
                         title=f"As published ({pub_ds}, one run per model)")
             save(fig, out / f"frontier_{axis}_{ds}.png")

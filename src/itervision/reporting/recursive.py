@@ -39,7 +39,8 @@ def write_tables(agg: dict, out_dir: Path) -> None:
     write_table(out_dir / "table1_accuracy", "Table 1. Top-1 accuracy (%) by dataset and variant (last step)",
                 ["dataset", "variant", "top-1 mean ± 95% CI (n)", f"diff to {agg['baseline']} (points)",
                  "Holm p", "wins", "sign-flip p (n≥6)", "McNemar (side check)", "published (1 seed)"], rows,
-                [f"Paired by seed (seeds {agg['seeds']}); paired-t intervals; Holm over the rows of this table. " + small,
+                [f"Paired by seed (seeds {agg['seeds']}); paired-t intervals; Holm over the rows of this table. "
+                 + small,
                  "encoder-only is the same conv encoder with a linear head and no recursion (not in either document): "
                  "its difference to the baseline says what the recursion adds.",
                  budget_note(budgets, list(agg["accuracy"][agg["datasets"][0]])),
