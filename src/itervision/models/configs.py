@@ -19,6 +19,14 @@ _MLP = dict(when=lambda v: v.get("ffn") == "mlp", hint="needed with ffn: mlp")
 _LAST_PLUS = dict(when=lambda v: v.get("step_loss") == "last_plus", hint="needed with step_loss: last_plus")
 
 
+def _check_encoder(img_size: int, widths: tuple[int, ...]):
+    """The conv encoder halves the image once per stage, so the image must survive every pooling."""
+    if len(widths) < 1:
+        raise ValueError("encoder_widths needs at least one stage")
+    if img_size < 2 ** len(widths):
+        raise ValueError(f"img_size {img_size} is below 2^{len(widths)} (one 2x pooling per encoder stage)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RecursiveConfig:
     """Recursive DSA-MoE classifier (seed document 000)."""
@@ -45,11 +53,7 @@ class RecursiveConfig:
     in_chans: int = key(1, default=3)
 
     def check(self):
-        if len(self.encoder_widths) < 1:
-            raise ValueError("encoder_widths needs at least one stage")
-        if self.img_size < 2 ** len(self.encoder_widths):
-            raise ValueError(f"img_size {self.img_size} is below 2^{len(self.encoder_widths)} (one 2x pooling per "
-                             f"encoder stage)")
+        _check_encoder(self.img_size, self.encoder_widths)
         if self.dim % self.heads:
             raise ValueError(f"dim {self.dim} is not divisible by heads {self.heads}")
         if self.ffn == "moe" and self.experts_per_token > self.experts:
@@ -66,11 +70,7 @@ class EncoderConfig:
     in_chans: int = key(1, default=3)
 
     def check(self):
-        if len(self.encoder_widths) < 1:
-            raise ValueError("encoder_widths needs at least one stage")
-        if self.img_size < 2 ** len(self.encoder_widths):
-            raise ValueError(f"img_size {self.img_size} is below 2^{len(self.encoder_widths)} (one 2x pooling per "
-                             f"encoder stage)")
+        _check_encoder(self.img_size, self.encoder_widths)
 
 
 def _is_square(n: int) -> bool:
