@@ -15,6 +15,7 @@ where the published GFLOPs are compared.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,21 +233,31 @@ def cost_table(plans: list[ModelPlan], fast: bool = False) -> list[str]:
              f"{CALIBRATION['gpus']} x {CALIBRATION['gpu']}",
              f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'ep':>4s} {'img/ep':>8s} {'GMAC/img':>9s} "
              f"{'PFLOP':>9s} " + " ".join(f"{g + ' h':>10s}" for g in GPUS) + f" {'GB/proc':>8s}  fits"]
-    totals = {}
+    totals, uncounted = {}, set()
     for mp in plans:
         hours = [mp.train_flops / (GPUS[g][0] * 1e12 * u) / 3600 for g in GPUS]
         fits = "—" if mp.memory_gb is None else (
             "24 GB and 80 GB" if mp.memory_gb <= 24 else "80 GB only" if mp.memory_gb <= 80 else "NEITHER")
         mem = "—" if mp.memory_gb is None else f"{mp.memory_gb:.1f}"
+        if math.isnan(mp.gflops):  # fast mode: SparseFormer FLOPs need fvcore
+            uncounted.add(f"{mp.model} on {mp.dataset}")
+            lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
+                         f"{mp.train_images:8d} {'—':>9s} {'—':>9s} " + " ".join(f"{'—':>10s}" for _ in hours)
+                         + f" {mem:>8s}  {fits}")
+            continue
         lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
                      f"{mp.train_images:8d} {mp.gflops:9.3f} {mp.train_flops / 1e15:9.1f} "
                      + " ".join(f"{h:10.1f}" for h in hours) + f" {mem:>8s}  {fits}")
         for key in (("study", mp.study), ("dataset", mp.dataset), ("all", "")):
             t = totals.setdefault(key, [0.0] * len(GPUS))
             totals[key] = [a + b for a, b in zip(t, hours)]
-    lines.append("GPU-hours (single GPU, all runs) by " + "; ".join(
-        f"{k[0]} {k[1] or 'campaign'}: " + ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, v))
-        for k, v in totals.items()))
+    for kind in ("study", "dataset", "all"):
+        lines.append(f"GPU-hours (one GPU, every run) {'of the whole campaign' if kind == 'all' else 'by ' + kind}: "
+                     + "; ".join(f"{k[1] + ': ' if k[1] else ''}" + ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, v))
+                                 for k, v in totals.items() if k[0] == kind))
+    if uncounted:
+        lines.append(f"not in these totals (fast mode counts no fvcore FLOPs; run without --fast): "
+                     f"{len(uncounted)} (model, dataset) pairs, e.g. {sorted(uncounted)[0]}")
     return lines
 
 
