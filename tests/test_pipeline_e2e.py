@@ -51,6 +51,13 @@ def test_repro_writes_every_table_figure_and_metric(repo):
     assert "Running stage" not in sh("dvc repro", repo)
 
 
+def test_python_bytecode_beside_the_sources_changes_no_dependency(repo):
+    """A fresh clone has no __pycache__, a used checkout has one: neither may make a stage look changed."""
+    sh(f"{sys.executable} -m compileall -q src stages", repo)
+    assert list((repo / "src/itervision/models").glob("__pycache__/*.pyc"))
+    assert "up to date" in sh("dvc status", repo)
+
+
 def test_plots_render_one_chart_per_file_with_bands(repo):
     sh("dvc plots show", repo)
     html = (repo / "dvc_plots/index.html").read_text()
