@@ -239,15 +239,14 @@ def cost_table(plans: list[ModelPlan], fast: bool = False) -> list[str]:
         fits = "—" if mp.memory_gb is None else (
             "24 GB and 80 GB" if mp.memory_gb <= 24 else "80 GB only" if mp.memory_gb <= 80 else "NEITHER")
         mem = "—" if mp.memory_gb is None else f"{mp.memory_gb:.1f}"
-        if math.isnan(mp.gflops):  # fast mode: SparseFormer FLOPs need fvcore
-            uncounted.add(f"{mp.model} on {mp.dataset}")
-            lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
-                         f"{mp.train_images:8d} {'—':>9s} {'—':>9s} " + " ".join(f"{'—':>10s}" for _ in hours)
-                         + f" {mem:>8s}  {fits}")
-            continue
+        counted = not math.isnan(mp.gflops)  # fast mode: SparseFormer FLOPs need fvcore
+        cost = (f"{mp.gflops:9.3f} {mp.train_flops / 1e15:9.1f} " + " ".join(f"{h:10.1f}" for h in hours)
+                if counted else f"{'—':>9s} {'—':>9s} " + " ".join(f"{'—':>10s}" for _ in hours))
         lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
-                     f"{mp.train_images:8d} {mp.gflops:9.3f} {mp.train_flops / 1e15:9.1f} "
-                     + " ".join(f"{h:10.1f}" for h in hours) + f" {mem:>8s}  {fits}")
+                     f"{mp.train_images:8d} {cost} {mem:>8s}  {fits}")
+        if not counted:
+            uncounted.add(f"{mp.model} on {mp.dataset}")
+            continue
         for key in (("study", mp.study), ("dataset", mp.dataset), ("all", "")):
             t = totals.setdefault(key, [0.0] * len(GPUS))
             totals[key] = [a + b for a, b in zip(t, hours)]
