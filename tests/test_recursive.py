@@ -131,6 +131,39 @@ def test_moe_batched_dispatch_equals_the_per_expert_products():
     assert int(counts.sum()) == 2 * 11 * 2  # every token assigned to exactly m = 2 experts
 
 
+def test_moe_batched_dispatch_gradients_equal_the_per_expert_loop():
+    """Gradients through the gathered, padded buffer equal those of a plain loop over experts."""
+    torch.manual_seed(4)
+    moe = MoE(8, 8, experts=4, top=2)
+    x1 = torch.randn(3, 7, 8, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    out, _ = moe(x1)
+    (out * torch.linspace(-1, 1, 8)).sum().backward()
+    batched = [p.grad.clone() for p in moe.parameters()]
+    moe.zero_grad()
+    x2d = x2.reshape(-1, 8)
+    probs, weight, idx = moe.route(x2d)
+    ref = torch.zeros_like(x2d)
+    for e in range(4):
+        token, slot = (idx == e).nonzero(as_tuple=True)
+        ref = ref.index_add(0, token, moe.expert(e, x2d[token]) * weight[token, slot, None])
+    (ref * torch.linspace(-1, 1, 8)).sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-6)
+    for g, p in zip(batched, moe.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_encoder_convolutions_run_channels_last_on_one_channel_images():
+    """A 1-channel image is contiguous in both layouts, so only channels_last weights make the convolutions
+    (and the max-pool after them) run channels_last; it must survive a state_dict round trip."""
+    m = tiny()
+    m.load_state_dict({k: v.contiguous() for k, v in m.state_dict().items()})
+    seen = []
+    m.encoder.features[0].register_forward_hook(lambda mod, i, o: seen.append(o))
+    m(torch.randn(2, 1, 16, 16))
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and not seen[0].is_contiguous()
+
+
 def test_balancing_loss_is_one_at_uniform_routing_and_larger_when_collapsed():
     moe = MoE(4, 3, experts=4, top=2)
     with torch.no_grad():

@@ -15,13 +15,14 @@ Design choices the summary leaves open (documented in README "Recursive classifi
   selection scores learn through an auxiliary KL(dense head-averaged attention ‖ softmax(I)) with weight
   `indexer_kl_weight`, computed only in training, as in DeepSeek-V3.2's indexer warm-up.
   Two kernels give the same attention: `gathered` copies the k selected keys per query and scores only them;
-  `masked` hands a mask of the k selected keys to torch's fused attention. At L <= 18 the masked one is
-  faster in wall-clock (benchmarks/training_speed.py); the multiply-add accounting counts k keys for both,
-  and so does fvcore: under torch.jit tracing (FLOP counting) both run the gathered products.
+  `masked` computes one score product in a keys-first layout that serves the indexer, the masked attention
+  and the KL target, with every softmax over dim 1 (torch's CPU softmax over a last dim of 3-18 is ~8x
+  slower). The multiply-add accounting counts k keys for both, and so does fvcore: under torch.jit tracing
+  (FLOP counting) both run the gathered products.
 * MoE: E experts d -> d -> d with stacked weights. Dispatch sorts the N * m (token, expert) assignments by
-  expert, pads each expert's rows to the largest count and runs one batched matmul per layer, instead of a
-  Python loop over experts. Under torch.jit tracing (FLOP counting) it runs the exact per-expert products
-  instead, so fvcore counts what each expert computes and not the padding.
+  expert, gathers them into a buffer padded to the largest count (index_select), runs one batched matmul per
+  layer and gathers the outputs back. Under torch.jit tracing (FLOP counting) it runs the exact per-expert
+  products instead, so fvcore counts what each expert computes and not the padding.
 * MoE balancing: Switch form over the m choices, E · Σ_i f_i P_i, which equals 1 at uniform routing.
 """
 from __future__ import annotations
@@ -49,7 +50,10 @@ class ConvEncoder(nn.Module):
         self.proj = nn.Linear(c, dim)
 
     def forward(self, img):
-        f = self.features(img.contiguous(memory_format=torch.channels_last))  # faster convolutions on the CPU
+        # channels_last: 1.8x faster encoder training here. The owning model stores the conv weights in
+        # channels_last; the input's layout alone decides nothing for one channel (a 1-channel image is
+        # contiguous in both layouts), and NCHW outputs would send max-pool down its slow path (10x here).
+        f = self.features(img.contiguous(memory_format=torch.channels_last))
         return self.proj(f.mean(dim=(2, 3)))
 
 
@@ -68,43 +72,76 @@ class RecursiveAttention(nn.Module):
     def forward(self, x, trace: dict | None = None):
         B, L, D = x.shape
         H, dh = self.heads, self.head_dim
-        scale = dh ** -0.5
-        q = self.q(x).view(B, L, H, dh).transpose(1, 2)  # B H L dh
-        k = self.k(x).view(B, L, -1, dh).transpose(1, 2)  # B H|1 L dh
-        v = self.v(x).view(B, L, -1, dh).transpose(1, 2)
         aux = x.new_zeros(())
         keep, need = L, trace is not None
         if self.mode == "dense":
+            q = self.q(x).view(B, L, H, dh).transpose(1, 2)  # B H L dh
+            k = self.k(x).view(B, L, H, dh).transpose(1, 2)
+            v = self.v(x).view(B, L, H, dh).transpose(1, 2)
             out, attn = attend(q, k, v, weights=need)
+            out = out.transpose(1, 2).reshape(B, L, D)
         else:
-            index = (q.mean(1) @ k[:, 0].transpose(-2, -1)) * scale  # B L L: indexer scores, head-averaged query
             keep = min(self.topk, L)  # dense whenever L <= k
-            sel = index.topk(keep, dim=-1).indices  # B L keep
+            q, k, v = self.q(x), self.k(x), self.v(x)  # B L D, B L dh, B L dh (one shared K/V head)
             if self.kernel == "gathered" or torch.jit.is_tracing():  # tracing: FLOP counts of the k keys
-                idx = sel.unsqueeze(-1).expand(-1, -1, -1, dh)
-                k_sel = torch.gather(k[:, 0].unsqueeze(1).expand(B, L, L, dh), 2, idx)  # B L keep dh
-                v_sel = torch.gather(v[:, 0].unsqueeze(1).expand(B, L, L, dh), 2, idx)
-                part = (torch.einsum("bhld,blkd->bhlk", q, k_sel) * scale).softmax(-1)
-                out = torch.einsum("bhlk,blkd->bhld", part, v_sel)
-                attn = None if not need else torch.zeros(B, H, L, L, dtype=part.dtype, device=part.device) \
-                    .scatter(3, sel.unsqueeze(1).expand(-1, H, -1, -1), part)
+                out, attn, index, dense = self._gathered(q, k, v, keep, need)
+                dim = -1
             else:
-                chosen = None
-                if keep < L:
-                    picks = sel.unsqueeze(1)
-                    chosen = torch.zeros(B, 1, L, L, dtype=torch.bool, device=x.device).scatter(
-                        -1, picks, torch.ones_like(picks, dtype=torch.bool))
-                out, attn = attend(q, k, v, chosen, weights=need)
+                out, attn, index, dense = self._masked(q, k, v, keep, need)
+                dim = 1
             if self.training:
                 # Indexer alignment: KL(dense head-averaged attention (detached) || softmax(index scores)).
-                with torch.no_grad():
-                    dense = (q @ k.transpose(-2, -1) * scale).softmax(-1).mean(1)
-                aux = F.kl_div(index.log_softmax(-1), dense, reduction="batchmean") / L
+                aux = F.kl_div(index.log_softmax(dim), dense, reduction="sum") / (B * L)
         if trace is not None:
             trace["masked_pairs"] = trace.get("masked_pairs", 0) + B * L * (L - keep)
             trace["total_pairs"] = trace.get("total_pairs", 0) + B * L * L
-            trace.setdefault("attn", []).append(attn.detach().mean(1))  # B L L, head-averaged
-        return self.proj(out.transpose(1, 2).reshape(B, L, D)), aux
+            trace.setdefault("attn", []).append(attn.detach().mean(1))  # B L L (query, key), head-averaged
+        return self.proj(out), aux
+
+    def _masked(self, q, k, v, keep: int, need: bool):
+        """Keys-first layout: ONE score product s (B, L_keys, L_queries * H) serves the indexer (its mean over
+        heads, which equals q̄ · k), the masked attention and the detached dense KL target, and every softmax
+        runs over dim 1 (keys). torch's CPU softmax over a last dim of 3-18 keys is ~8x slower than over
+        dim 1 with the queries contiguous (make benchmark: DSA kernels), which is why this is written out
+        instead of calling the fused attention with a mask."""
+        B, L, D = q.shape
+        H, dh = self.heads, self.head_dim
+        s = (k @ q.view(B, L * H, dh).transpose(1, 2)) * dh ** -0.5  # B Lk (Lq H)
+        index = s.view(B, L, L, H).mean(-1)  # B Lk Lq: indexer scores
+        if keep < L:
+            sel = index.topk(keep, dim=1).indices.unsqueeze(-1)  # B keep Lq 1
+            drop = torch.ones(B, L, L, 1, dtype=torch.bool, device=q.device).scatter_(1, sel, False)
+            p = s.view(B, L, L, H).masked_fill(drop, float("-inf")).view(B, L, L * H).softmax(1)
+        else:
+            p = s.softmax(1)
+        out = (p.transpose(1, 2) @ v).view(B, L, D)  # (B, Lq H, Lk) @ (B, Lk, dh)
+        dense = None
+        if self.training:
+            with torch.no_grad():
+                dense = (p if keep == L else s.softmax(1)).view(B, L, L, H).mean(-1)
+        attn = p.view(B, L, L, H).permute(0, 3, 2, 1) if need else None  # B H Lq Lk
+        return out, attn, index, dense
+
+    def _gathered(self, q, k, v, keep: int, need: bool):
+        """Copies the k selected keys and values per query and scores only them (queries-first layout)."""
+        B, L, D = q.shape
+        H, dh = self.heads, self.head_dim
+        scale = dh ** -0.5
+        q = q.view(B, L, H, dh).transpose(1, 2)  # B H L dh
+        index = (q.mean(1) @ k.transpose(-2, -1)) * scale  # B Lq Lk: indexer scores, head-averaged query
+        sel = index.topk(keep, dim=-1).indices  # B L keep
+        idx = sel.unsqueeze(-1).expand(-1, -1, -1, dh)
+        k_sel = torch.gather(k.unsqueeze(1).expand(B, L, L, dh), 2, idx)  # B L keep dh
+        v_sel = torch.gather(v.unsqueeze(1).expand(B, L, L, dh), 2, idx)
+        part = (torch.einsum("bhld,blkd->bhlk", q, k_sel) * scale).softmax(-1)
+        out = torch.einsum("bhlk,blkd->bhld", part, v_sel).transpose(1, 2).reshape(B, L, D)
+        attn = None if not need else torch.zeros(B, H, L, L, dtype=part.dtype, device=part.device) \
+            .scatter(3, sel.unsqueeze(1).expand(-1, H, -1, -1), part)
+        dense = None
+        if self.training:
+            with torch.no_grad():
+                dense = (q @ k.unsqueeze(1).transpose(-2, -1) * scale).softmax(-1).mean(1)
+        return out, attn, index, dense
 
 
 class MoE(nn.Module):
@@ -128,32 +165,38 @@ class MoE(nn.Module):
         return probs, weight / weight.sum(-1, keepdim=True), idx
 
     def expert(self, e: int, x):
-        return F.gelu(x @ self.w1[e] + self.b1[e]) @ self.w2[e] + self.b2[e]
+        return torch.addmm(self.b2[e], F.gelu(torch.addmm(self.b1[e], x, self.w1[e])), self.w2[e])
 
     def forward(self, x, trace: dict | None = None):
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])
+        N, E, m = x2d.shape[0], self.num_experts, self.top
         probs, weight, idx = self.route(x2d)
         n_assign = idx.numel()
         flat = idx.reshape(-1)  # assignment a = token * m + slot
-        counts = torch.bincount(flat, minlength=self.num_experts)
-        if torch.jit.is_tracing():  # FLOP counting: each expert on exactly its own tokens
+        counts = torch.bincount(flat, minlength=E)
+        if torch.jit.is_tracing():  # FLOP counting: each expert on exactly its own tokens, no padding
             out = torch.zeros_like(x2d)
-            for e in range(self.num_experts):
+            for e in range(E):
                 token, slot = (idx == e).nonzero(as_tuple=True)
                 out = out.index_add(0, token, self.expert(e, x2d[token]) * weight[token, slot, None])
         else:
-            order = flat.argsort(stable=True)
+            cap = int(counts.max())  # rows per expert in the padded buffer
+            order = flat.argsort(stable=True)  # assignments sorted by expert
             expert_of = flat[order]
             start = torch.cumsum(counts, 0) - counts
-            row = torch.arange(n_assign, device=x.device) - start[expert_of]  # position within the expert's rows
-            token = order // self.top
-            buf = x2d.new_zeros(self.num_experts, int(counts.max()), shape[-1])
-            buf[expert_of, row] = x2d[token]
-            h = F.gelu(torch.bmm(buf, self.w1) + self.b1[:, None])  # E, rows, hidden: one matmul per layer
-            y = torch.bmm(h, self.w2) + self.b2[:, None]
-            contrib = y[expert_of, row] * weight.reshape(-1)[order, None]
-            out = torch.zeros_like(x2d).index_add_(0, token, contrib.to(x2d.dtype))
+            row = expert_of * cap + torch.arange(n_assign, device=x.device) - start[expert_of]  # buffer row
+            where = torch.empty_like(row).scatter_(0, order, row)  # buffer row of each assignment, token order
+            source = torch.full((E * cap,), N, dtype=torch.long, device=x.device).scatter_(0, row, order // m)
+            # Gathers (index_select; backward: one index_add) rather than indexed assignment into a zero
+            # buffer, whose backward is an accumulating index_put (3x slower here). Padding rows read the
+            # appended zero row N and are never read back. (Per-expert matmuls on the sorted rows skip the
+            # padding but were slower in the whole model here; make benchmark: MoE dispatch.)
+            buf = torch.cat([x2d, x2d.new_zeros(1, shape[-1])]).index_select(0, source).view(E, cap, -1)
+            h = F.gelu(torch.baddbmm(self.b1[:, None], buf, self.w1))  # E, cap, hidden: one matmul per layer
+            y = torch.baddbmm(self.b2[:, None], h, self.w2).view(E * cap, -1)
+            y = y.index_select(0, where).view(N, m, -1)  # (token, slot) order
+            out = (y * weight[..., None].to(y.dtype)).sum(1).to(x2d.dtype)
         f = counts.to(x.dtype) / n_assign  # share of the N*m assignments per expert
         balance = self.num_experts * (f * probs.mean(0)).sum()
         if trace is not None:
@@ -218,6 +261,7 @@ class RecursiveClassifier(nn.Module):
         # y0, z0 and the role embeddings start at zero, so at init the y token carries only what it reads
         # from the image token (a constant offset there would swamp the image signal after LayerNorm).
         nn.init.trunc_normal_(self.class_embed, std=0.02)
+        self.encoder.to(memory_format=torch.channels_last)  # see ConvEncoder.forward
 
     @property
     def num_exits(self) -> int:
@@ -273,6 +317,7 @@ class EncoderClassifier(nn.Module):
         self.norm = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.num_classes)
         self.apply(_init_weights)
+        self.encoder.to(memory_format=torch.channels_last)  # see ConvEncoder.forward
 
     num_exits = 1
 
