@@ -6,9 +6,10 @@ and MoE dispatch side by side. Prints figures only; nothing here is a test.
 
 In-pipeline = what stages/run.py does per step: draw the batch from the in-memory uint8 split and augment it
 (data/loaders.TensorBatches with the train recipe of params.yaml), soft targets, forward at every exit,
-weighted loss, backward, clipping, AdamW. Model-only = the same step on a fixed random batch. This machine's
-neighbours make single timings noisy, so the two are interleaved for `--rounds` rounds in one process and the
-fastest round of each is reported.
+weighted loss, backward, clipping, AdamW. Model-only = the same step on a fixed random batch. Data path alone
+= drawing and augmenting the same batches with no model; its time over a pipeline step is the data path's
+share. This machine's neighbours make single timings noisy, so the three are interleaved for `--rounds`
+rounds in one process and the fastest round of each is reported.
 """
 import argparse
 import time
@@ -80,13 +81,18 @@ def cpu_scale(args):
         b = train["batch_size"]
         img = torch.randn(b, desc["channels"], cfg["img_size"], cfg["img_size"])
         target = torch.randint(0, len(desc["classes"]), (b,))
-        best = {"pipeline": 0.0, "model": 0.0}
+        best = {"pipeline": 0.0, "model": 0.0, "data": 0.0}
         for _ in range(args.rounds):
             best["model"] = max(best["model"], timed(step, random_batches(img, target, args.steps + 2)))
             best["pipeline"] = max(best["pipeline"], timed(step, pipeline_batches(batches, args.steps + 2)))
+            best["data"] = max(best["data"], timed(lambda i, t: None, pipeline_batches(batches, args.steps + 2)))
         rows[name] = (b, best["pipeline"], best["model"])
+        # The difference of two noisy step timings swings by +-10-30 % on this machine; the data path's own
+        # time (drawing and augmenting the batches, no model) over a whole pipeline step does not.
+        share = best["pipeline"] / best["data"]
         print(f"{name:20s} batch {b:4d}  in pipeline {best['pipeline']:7.0f} img/s  model only {best['model']:7.0f} "
-              f"img/s  data path overhead {100 * (1 - best['pipeline'] / best['model']):5.1f}%", flush=True)
+              f"img/s  difference {100 * (1 - best['pipeline'] / best['model']):5.1f}%  data path alone "
+              f"{best['data']:8.0f} img/s = {100 * share:4.1f}% of a pipeline step", flush=True)
     return rows
 
 
@@ -100,13 +106,15 @@ def paper_scale(args):
     """DSA-MoE against SA-MLP at the paper configuration (CIFAR-10, 32 px, d 512), random tensors."""
     p = check_params(render_scale("paper"))
     train = train_config(p, "cifar10", "recursive")
-    out = {}
-    for name in ("sa-mlp", "dsa-moe"):
+    steps, out = {}, {"sa-mlp": 0.0, "dsa-moe": 0.0}
+    for name in out:
         torch.manual_seed(0)
         model = build_model(model_config(p, name, "cifar10"), 10, 3).train()
-        step = step_fn(model, {**train, "mixup": 0.0, "cutmix": 0.0}, 10)
-        img, target = torch.randn(args.paper_batch, 3, 32, 32), torch.randint(0, 10, (args.paper_batch,))
-        out[name] = max(timed(step, random_batches(img, target, 4), warmup=1) for _ in range(args.rounds))
+        steps[name] = step_fn(model, {**train, "mixup": 0.0, "cutmix": 0.0}, 10)
+    img, target = torch.randn(args.paper_batch, 3, 32, 32), torch.randint(0, 10, (args.paper_batch,))
+    for _ in range(args.rounds):  # interleaved, like the CPU-scale rows
+        for name, step in steps.items():
+            out[name] = max(out[name], timed(step, random_batches(img, target, 4), warmup=1))
     print(f"paper configuration (batch {args.paper_batch}): sa-mlp {out['sa-mlp']:.1f} img/s, dsa-moe "
           f"{out['dsa-moe']:.1f} img/s, dsa-moe / sa-mlp time = {out['sa-mlp'] / out['dsa-moe']:.3f} "
           f"(block MAC ratio 0.52; published 165/180 = 0.92 on an RTX 3090)")
@@ -133,7 +141,15 @@ def kernels(args):
                 token, slot = (idx == e).nonzero(as_tuple=True)
                 out = out.index_add(0, token, moe.expert(e, x2d[token]) * weight[token, slot, None])
             out.sum().backward()
-        res["moe padded batched matmul"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
+        for routing, bias in (("", None), (" (skewed routing)", [1.0, 0.5, 0.0, 0.0])):
+            if bias is not None:  # loads like the paper model's at init: the busiest expert ~1.8x the mean
+                with torch.no_grad():
+                    moe.router.bias.copy_(torch.tensor(bias))
+            for dispatch in ("padded", "sorted", "auto"):
+                moe.dispatch = dispatch
+                res[f"moe {dispatch}{routing}"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
+        with torch.no_grad():
+            moe.router.bias.zero_()
         res["moe loop over experts"] = best_ms(loop, args.rounds)
         print(f"{label} (d {d}, batch {B}, L {L}), forward + backward, ms: "
               + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
