@@ -120,12 +120,10 @@ def test_moe_matches_a_hand_computed_mixture_of_its_top_m_experts():
         torch.testing.assert_close(out[i], hand, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dispatch", ["padded", "sorted"])
-def test_moe_dispatch_equals_the_per_expert_products(dispatch):
-    """Both training dispatches (padded batched matmul, sorted per-expert slices) agree with the exact
-    per-expert path that runs under tracing."""
+def test_moe_batched_dispatch_equals_the_per_expert_products():
+    """The padded batched matmul (training) and the exact per-expert path (under tracing) agree."""
     torch.manual_seed(3)
-    moe = MoE(8, 8, experts=4, top=2, dispatch=dispatch)
+    moe = MoE(8, 8, experts=4, top=2)
     x = torch.randn(2, 11, 8)
     batched, balance = moe(x)
     torch.testing.assert_close(traced_call(lambda t: moe(t)[0], moe, x), batched, rtol=1e-5, atol=1e-6)
@@ -133,11 +131,10 @@ def test_moe_dispatch_equals_the_per_expert_products(dispatch):
     assert int(counts.sum()) == 2 * 11 * 2  # every token assigned to exactly m = 2 experts
 
 
-@pytest.mark.parametrize("dispatch", ["padded", "sorted"])
-def test_moe_dispatch_gradients_equal_the_per_expert_loop(dispatch):
-    """Gradients through either dispatch equal those of a plain loop over experts."""
+def test_moe_batched_dispatch_gradients_equal_the_per_expert_loop():
+    """Gradients through the gathered, padded buffer equal those of a plain loop over experts."""
     torch.manual_seed(4)
-    moe = MoE(8, 8, experts=4, top=2, dispatch=dispatch)
+    moe = MoE(8, 8, experts=4, top=2)
     x1 = torch.randn(3, 7, 8, requires_grad=True)
     x2 = x1.detach().clone().requires_grad_()
     out, _ = moe(x1)
@@ -154,49 +151,6 @@ def test_moe_dispatch_gradients_equal_the_per_expert_loop(dispatch):
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-6)
     for g, p in zip(batched, moe.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
-
-
-def test_moe_sorted_dispatch_handles_an_expert_without_tokens():
-    """An expert no token picks gets an empty slice: same output and gradients as the padded dispatch."""
-    torch.manual_seed(5)
-    padded, sorted_ = MoE(8, 8, experts=4, top=2, dispatch="padded"), MoE(8, 8, experts=4, top=2, dispatch="sorted")
-    sorted_.load_state_dict(padded.state_dict())
-    for moe in (padded, sorted_):
-        with torch.no_grad():
-            moe.router.bias.copy_(torch.tensor([0.0, 0.0, 0.0, -50.0]))  # expert 3 is never in the top 2
-    x = torch.randn(2, 5, 8)
-    outs = [moe(x)[0] for moe in (padded, sorted_)]
-    assert int(torch.bincount(padded.route(x.reshape(-1, 8))[2].flatten(), minlength=4)[3]) == 0
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
-    for out in outs:
-        out.square().sum().backward()
-    for a, b in zip(padded.parameters(), sorted_.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6)
-
-
-def test_moe_auto_dispatch_pads_only_balanced_loads():
-    """auto runs the padded batched matmul (torch.baddbmm) when padding adds at most PAD_LIMIT, else sorted."""
-    from unittest import mock
-
-    import itervision.models.recursive as recursive
-
-    torch.manual_seed(6)
-    moe = MoE(8, 8, experts=2, top=1)
-    x = torch.randn(12, 8)
-    x[:, 0] = torch.tensor([1.0, -1.0]).repeat(6)  # the router reads feature 0 only: 6 tokens per expert
-    with torch.no_grad():
-        moe.router.weight.zero_()
-        moe.router.weight[:, 0] = torch.tensor([10.0, -10.0])
-    for bias, waste, padded in (([0.0, 0.0], 1.0, True), ([50.0, 0.0], 2.0, False)):  # 50: all to expert 0
-        with torch.no_grad():
-            moe.router.bias.copy_(torch.tensor(bias))
-        assert 2 * int(torch.bincount(moe.route(x)[2].flatten(), minlength=2).max()) / 12 == waste
-        with mock.patch.object(recursive.torch, "baddbmm", wraps=torch.baddbmm) as spy:
-            out = moe(x)[0]
-        assert (spy.call_count == 2) == padded
-        moe.dispatch = "padded"
-        torch.testing.assert_close(out, moe(x)[0], rtol=1e-5, atol=1e-6)
-        moe.dispatch = "auto"
 
 
 def test_encoder_convolutions_run_channels_last_on_one_channel_images():

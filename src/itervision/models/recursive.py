@@ -20,9 +20,8 @@ Design choices the summary leaves open (documented in README "Recursive classifi
   slower). The multiply-add accounting counts k keys for both, and so does fvcore: under torch.jit tracing
   (FLOP counting) both run the gathered products.
 * MoE: E experts d -> d -> d with stacked weights. Dispatch sorts the N * m (token, expert) assignments by
-  expert and gathers them (index_select). With balanced loads they go into a buffer padded to the largest
-  count, one batched matmul per layer; when padding would add over 15 % (MoE.PAD_LIMIT, measured) each expert
-  runs one matmul on its contiguous rows instead. Both gather the outputs back and give the same result. Under torch.jit tracing (FLOP counting) it runs the exact per-expert
+  expert, gathers them into a buffer padded to the largest count (index_select), runs one batched matmul per
+  layer and gathers the outputs back. Under torch.jit tracing (FLOP counting) it runs the exact per-expert
   products instead, so fvcore counts what each expert computes and not the padding.
 * MoE balancing: Switch form over the m choices, E · Σ_i f_i P_i, which equals 1 at uniform routing.
 """
@@ -146,18 +145,11 @@ class RecursiveAttention(nn.Module):
 
 
 class MoE(nn.Module):
-    """Top-m of E experts (d -> hidden -> d, GELU) per token, softmax router, batched dispatch
-    (`dispatch`: "auto" picks "padded" or "sorted" per call by the padding it would need)."""
+    """Top-m of E experts (d -> hidden -> d, GELU) per token, softmax router, batched dispatch."""
 
-    # Padding waste (E * largest count / assignments) above which the sorted dispatch is faster. Measured here
-    # (make benchmark: MoE dispatch), forward + backward: d 512, waste 1.05: padded 31 ms, sorted 37; waste
-    # 1.71: padded 49, sorted 33; d 64 crosses over at about the same waste. The paper model's router sends
-    # ~1.8x the mean load to one expert at init; the CPU-scale models end training at 1.1-1.2.
-    PAD_LIMIT = 1.15
-
-    def __init__(self, dim: int, hidden: int, experts: int, top: int, dispatch: str = "auto"):
+    def __init__(self, dim: int, hidden: int, experts: int, top: int):
         super().__init__()
-        self.num_experts, self.top, self.dispatch = experts, top, dispatch
+        self.num_experts, self.top = experts, top
         self.router = nn.Linear(dim, experts)
         self.w1 = nn.Parameter(torch.empty(experts, dim, hidden))
         self.b1 = nn.Parameter(torch.zeros(experts, hidden))
@@ -188,16 +180,6 @@ class MoE(nn.Module):
             for e in range(E):
                 token, slot = (idx == e).nonzero(as_tuple=True)
                 out = out.index_add(0, token, self.expert(e, x2d[token]) * weight[token, slot, None])
-        elif self.dispatch == "sorted" or (self.dispatch == "auto" and
-                                           E * int(counts.max()) > self.PAD_LIMIT * n_assign):
-            # Assignments sorted by expert, each expert's rows a contiguous slice: no padding, E matmuls per
-            # layer (an empty slice is an empty matmul).
-            order = flat.argsort(stable=True)
-            rows = x2d.index_select(0, order // m).split(counts.tolist())
-            y = torch.cat([self.expert(e, r) for e, r in enumerate(rows)])
-            where = torch.empty_like(order).scatter_(0, order, torch.arange(n_assign, device=x.device))
-            y = y.index_select(0, where).view(N, m, -1)  # (token, slot) order
-            out = (y * weight[..., None].to(y.dtype)).sum(1).to(x2d.dtype)
         else:
             cap = int(counts.max())  # rows per expert in the padded buffer
             order = flat.argsort(stable=True)  # assignments sorted by expert
@@ -208,8 +190,8 @@ class MoE(nn.Module):
             source = torch.full((E * cap,), N, dtype=torch.long, device=x.device).scatter_(0, row, order // m)
             # Gathers (index_select; backward: one index_add) rather than indexed assignment into a zero
             # buffer, whose backward is an accumulating index_put (3x slower here). Padding rows read the
-            # appended zero row N and are never read back. With little padding one batched matmul per layer
-            # beats E smaller ones.
+            # appended zero row N and are never read back. (Per-expert matmuls on the sorted rows skip the
+            # padding but were slower in the whole model here; make benchmark: MoE dispatch.)
             buf = torch.cat([x2d, x2d.new_zeros(1, shape[-1])]).index_select(0, source).view(E, cap, -1)
             h = F.gelu(torch.baddbmm(self.b1[:, None], buf, self.w1))  # E, cap, hidden: one matmul per layer
             y = torch.baddbmm(self.b2[:, None], h, self.w2).view(E * cap, -1)
