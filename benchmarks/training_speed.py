@@ -3,6 +3,7 @@ at the same batch; DSA-MoE / SA-MLP time ratios at CPU scale and at the paper co
 and MoE dispatch side by side. Prints figures only; nothing here is a test.
 
     python benchmarks/training_speed.py [--steps 6] [--rounds 3] [--models sa-mlp,dsa-moe] [--paper-batch 32]
+                                        [--skip-whole-run] [--skip-paper]
 
 In-pipeline = what stages/run.py does per step: draw the batch from the in-memory uint8 split and augment it
 (data/loaders.TensorBatches with the train recipe of params.yaml), soft targets, forward at every exit,
@@ -17,7 +18,7 @@ import time
 import torch
 
 from itervision.data.loaders import describe_prepared, train_batches
-from itervision.engine.recipe import SoftTargets, build_optimizer, soft_target_ce
+from itervision.engine.recipe import SoftTargets, build_optimizer, lr_at, peak_lr, soft_target_ce
 from itervision.layout import prepared_dir
 from itervision.models.registry import build_model
 from itervision.params import check_params, load_params, model_config, train_config
@@ -25,12 +26,18 @@ from itervision.pipeline import model_datasets, study_of
 from itervision.scales import render_scale
 
 
-def step_fn(model, train, num_classes):
+def step_fn(model, train, num_classes, schedule=None):
+    """One training step as stages/run.py takes it; `schedule` (step -> lr) sets the lr of each step."""
     opt = build_optimizer(model, train, 1)
     targets = SoftTargets(train, num_classes)
     weights = torch.tensor(model.exit_loss_weights())
+    taken = [0]
 
     def step(img, target):
+        if schedule is not None:
+            for group in opt.param_groups:
+                group["lr"] = schedule(taken[0])
+            taken[0] += 1
         img, soft = targets(img, target)
         out = model(img)
         loss = (weights * torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])).sum() + out["aux_loss"]
@@ -100,6 +107,43 @@ def ratio_line(rows, a, b, what):
     if a in rows and b in rows:
         print(f"{what}: {b} / {a} training time per image = {rows[a][1] / rows[b][1]:.3f} (in pipeline), "
               f"{rows[a][2] / rows[b][2]:.3f} (model only)")
+
+
+def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
+    """Training time of two whole CPU-scale runs (the run's steps, batches and lr schedule, seed 0), taken in
+    chunks of `chunk` steps alternating between the models in one process, so the machine's drift hits both.
+    A fresh MoE routes most tokens to one expert for its first ~10-20 steps (the busiest expert gets up to 2x
+    the mean load, so the padded buffer does up to 2x the expert work; ~1.2x later), which a few-step timing
+    of fresh models over-weights."""
+    p = load_params(args.params)
+    runs = {}
+    for name in (a, b):
+        ds = model_datasets(p, name)[0]
+        cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
+        desc = describe_prepared(prepared_dir(ds))
+        batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
+        total = train["epochs"] * len(batches)
+        warmup, peak = int(train["warmup_epochs"] * len(batches)), peak_lr(train, 1)
+
+        def schedule(i, total=total, warmup=warmup, peak=peak, train=train):
+            return lr_at(i, total, warmup, peak, train["min_lr"], train["warmup_lr"])
+        torch.manual_seed(0)
+        model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
+        runs[name] = {"step": step_fn(model, train, len(desc["classes"]), schedule),
+                      "batches": pipeline_batches(batches, total), "seconds": [], "total": total}
+    total = min(r["total"] for r in runs.values())
+    for _ in range(0, total, chunk):
+        for r in runs.values():
+            t0 = time.perf_counter()
+            for _, (img, target) in zip(range(chunk), r["batches"]):
+                r["step"](img, target)
+            r["seconds"].append(time.perf_counter() - t0)
+    ta, tb = (runs[n]["seconds"] for n in (a, b))
+    head = 2  # the first 2 chunks: routing still settling
+    print(f"CPU scale, whole run ({total} steps in chunks of {chunk}, alternating): {a} {sum(ta):.1f} s, {b} "
+          f"{sum(tb):.1f} s, {b} / {a} training time = {sum(tb) / sum(ta):.3f} (first {head * chunk} steps "
+          f"{sum(tb[:head]) / sum(ta[:head]):.3f}, the rest {sum(tb[head:]) / sum(ta[head:]):.3f}; per chunk "
+          f"{min(y / x for x, y in zip(ta, tb)):.3f}-{max(y / x for x, y in zip(ta, tb)):.3f})", flush=True)
 
 
 def paper_scale(args):
@@ -186,10 +230,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--paper-batch", type=int, default=32)
     ap.add_argument("--skip-paper", action="store_true")
+    ap.add_argument("--skip-whole-run", action="store_true", help="skip timing two whole CPU-scale runs (~1 min)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fastest of {args.rounds} interleaved rounds")
     rows = cpu_scale(args)
-    ratio_line(rows, "sa-mlp", "dsa-moe", "CPU scale")
+    ratio_line(rows, "sa-mlp", "dsa-moe", "CPU scale, fresh models")
+    if not args.skip_whole_run:
+        whole_run_ratio(args)
     kernels(args)
     if not args.skip_paper:
         paper_scale(args)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers import ROOT, prepare
+from itervision.analysis.common import run_overhead, training_speed
 from itervision.data.loaders import train_batches
 from itervision.data.sampler import RepeatedAugmentationSampler
 from itervision.engine.train import curve_steps, train_run
@@ -66,12 +67,22 @@ def test_curve_points_are_evenly_spaced_and_end_at_the_last_step():
 
 
 def test_learning_curve_and_budget_are_recorded(repo):
-    log, _, _ = train_and_evaluate("sa-mlp", 0, "recursive")
+    log, metrics, _ = train_and_evaluate("sa-mlp", 0, "recursive")
     # 200 synthetic training images less 4 x 10 calibration images, batches of 8, 2 epochs
     assert log["steps_per_epoch"] == 20 and log["images_seen"] == 2 * 20 * 8 and log["train_images"] == 160
     assert [c["images"] for c in log["curve"]] == [160, 320]
     assert all(0 <= c["test_top1"] <= 1 and 0 <= c["calib_top1"] <= 1 for c in log["curve"])
     assert log["startup_seconds"] is None or log["startup_seconds"] > 0
+    assert 0 < metrics["evaluate_seconds"] < 600
+
+
+def test_run_overhead_is_start_up_plus_evaluation_per_run_and_skips_runs_without_a_figure():
+    runs = {("ds", "m", s): {"train": {"images_per_s": 100.0, "seconds": 10.0, "startup_seconds": st},
+                             "metrics": {"evaluate_seconds": ev}}
+            for s, st, ev in ((0, 2.0, 3.0), (1, 3.0, 4.0), (2, None, 5.0))}
+    speed = training_speed(runs, "ds", "m", [0, 1, 2])
+    assert run_overhead(speed) == {"startup_seconds": 2.5, "evaluate_seconds": 4.0, "overhead_seconds": 6.0}
+    assert speed["overhead_seconds"]["n"] == 2 and speed["evaluate_seconds"]["n"] == 3
 
 
 def test_killed_run_resumes_mid_epoch_and_ends_like_an_uninterrupted_run(tmp_path):

@@ -49,6 +49,18 @@ def test_grid_sample_read_equals_hand_bilinear():
         assert out[0, 0, 0, c].item() == pytest.approx(hand.item(), rel=1e-5)
 
 
+def test_stem_equals_conv_relu_pool_layernorm_in_that_order():
+    m = tiny(img_size=28, stem_stride=1)
+    img = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        ref = F.max_pool2d(F.relu(F.conv2d(img, m.stem.conv.weight, m.stem.conv.bias, padding=m.cfg.stem_kernel // 2)),
+                           3, 2, 1)
+        ref = F.layer_norm(ref.permute(0, 2, 3, 1), ref.shape[1:2]).permute(0, 3, 1, 2)
+        out = m.stem(img)
+    assert out.shape == (4, m.cfg.stem_channels, 14, 14) and (ref < 0).any()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_box_adjusting_is_the_identity_at_init_and_tiling_is_non_overlapping():
     m = tiny()
     boxes = tiling_boxes(9)

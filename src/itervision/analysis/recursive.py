@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from itervision.analysis.common import (budget, learning_curve, load_study, per_exit, series, top1,
-                                        training_speed)
+from itervision.analysis.common import (budget, learning_curve, load_study, per_exit, run_overhead, series,
+                                        top1, training_speed)
 from itervision.params import Params
 from itervision.pipeline import seeds_for
 from itervision.stats import holm_fill, mcnemar, mean_ci, paired_difference
@@ -134,5 +134,6 @@ def timing_metrics(agg: dict) -> dict:
     gated metrics."""
     return {"training": {m: {"images_per_s": e["speed"]["images_per_s"]["mean"],
                              "seconds_per_run": e["speed"]["seconds"]["mean"],
-                             "time_ratio_to_baseline": e["time_ratio_to_baseline"]["mean"]}
+                             "time_ratio_to_baseline": e["time_ratio_to_baseline"]["mean"],
+                             **run_overhead(e["speed"])}
                          for m, e in agg["efficiency"].items()}}

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from itervision.analysis.common import budget, learning_curve, load_study, per_exit, top1, training_speed
+from itervision.analysis.common import (budget, learning_curve, load_study, per_exit, run_overhead, top1,
+                                       training_speed)
 from itervision.evaluation.early_exit import sweep
 from itervision.params import Params
 from itervision.pipeline import seeds_for
@@ -226,7 +227,7 @@ def timing_metrics(agg: dict) -> dict:
     for ds, d in agg["datasets"].items():
         for m, v in d["models"].items():
             out.setdefault(ds, {})[m] = {
-                "training_images_per_s": d["speed"][m]["images_per_s"]["mean"],
+                "training_images_per_s": d["speed"][m]["images_per_s"]["mean"], **run_overhead(d["speed"][m]),
                 **{f"exit{e + 1}": {"latency_ms": lat, "images_per_s": ips}
                    for e, (lat, ips) in enumerate(zip(v["latency_ms"], v["images_per_s"]))}}
     return out

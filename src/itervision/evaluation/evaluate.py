@@ -2,6 +2,7 @@
 the recursive classifier's traces. Writes predictions.npz and metrics.json through the run record."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ def build_for_dataset(model_json: dict, prepared: Path):
 
 
 def evaluate_run(record: RunRecord, model_json: dict, run_json: dict, prepared: str | Path) -> dict:
+    t0 = time.perf_counter()
     prepared = Path(prepared)
     model = build_for_dataset(model_json, prepared)
     model.load_state_dict(record.weights())
@@ -41,5 +43,8 @@ def evaluate_run(record: RunRecord, model_json: dict, run_json: dict, prepared: 
         metrics["traces"] = recursive_traces(model, eval_batches(prepared, "test", size, ev["batch_size"],
                                                                  interpolation=interpolation), ev["trace_images"])
     record.write_predictions(per_split)
+    # wall-clock of this evaluation (build, load, predict, traces, predictions written): with the training
+    # log's start-up it is the run's fixed overhead; descriptive, never compared between runs
+    metrics["evaluate_seconds"] = time.perf_counter() - t0
     record.write_metrics(metrics)
     return metrics

@@ -10,7 +10,7 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict_exits(model, batches) -> dict:
     """{"pred": (N, E) int32, "prob": (N, E) float32, "label": (N,) int64} over (images, labels) batches."""
     was_training = model.training
@@ -32,7 +32,7 @@ def top1_per_exit(pred: dict) -> list[float]:
     return (pred["pred"] == pred["label"][:, None]).mean(0).tolist()
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def recursive_traces(model, batches, images: int) -> dict:
     """Sparsity, expert shares and attention mass per role per step, on the first `images` images."""
     chunks, n = [], 0

@@ -32,7 +32,7 @@ def _timings(fn, x, warmup: int, repeats: int) -> list[float]:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def time_exits(model, batch: int, warmup: int, repeats: int, latency_repeats: int) -> list[dict]:
     model.eval()
     cfg = model.cfg

@@ -55,7 +55,10 @@ def sampling_points(boxes: torch.Tensor, offsets: torch.Tensor, eps: float = 1e-
     """Offsets (B, N, P, 2) standardised over P per token and axis ((o - mean) / (3 std)), scaled by the box
     size, added to the box centre. Returns points in [0, 1] image coordinates, fp32."""
     o = offsets.float()
-    o = (o - o.mean(2, keepdim=True)) / (3 * o.std(2, keepdim=True, unbiased=False) + eps)
+    o = o - o.mean(2, keepdim=True)
+    # the population std from the centred offsets: torch.std over this strided dim of 9 took ~10 % of the
+    # SparseFormer forward here (3 ms per call at batch 500), mean of squares + sqrt ~4x less
+    o = o / (3 * o.square().mean(2, keepdim=True).sqrt() + eps)
     return boxes[..., None, :2].float() + o * boxes[..., None, 2:].float()
 
 
@@ -195,7 +198,10 @@ class MemoryRead(nn.Module):
 
 
 class Stem(nn.Module):
-    """Conv (kernel, stride) -> ReLU -> max-pool 3/2 -> parameter-free LayerNorm over channels at every pixel."""
+    """Conv (kernel, stride) -> ReLU -> max-pool 3/2 -> parameter-free LayerNorm over channels at every pixel.
+
+    Computed as conv -> max-pool -> ReLU: the same function (ReLU is monotone, so it commutes with a max), with
+    ReLU on 4x fewer activations (the ReLU of the full 28 x 28 map was ~4 % of the SparseFormer forward here)."""
 
     def __init__(self, in_chans, channels, kernel, stride, pool):
         super().__init__()
@@ -204,7 +210,7 @@ class Stem(nn.Module):
 
     def forward(self, img):
         # channels_last (the model stores the conv weight so): 2.3x faster stem training here than NCHW
-        f = self.pool(F.relu(self.conv(img.contiguous(memory_format=torch.channels_last))))
+        f = F.relu(self.pool(self.conv(img.contiguous(memory_format=torch.channels_last))))
         return F.layer_norm(f.permute(0, 2, 3, 1), f.shape[1:2]).permute(0, 3, 1, 2)
 
 
