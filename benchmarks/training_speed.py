@@ -10,7 +10,9 @@ In-pipeline = what stages/run.py does per step: draw the batch from the in-memor
 weighted loss, backward, clipping, AdamW. Model-only = the same step on a fixed random batch. Data path alone
 = drawing and augmenting the same batches with no model; its time over a pipeline step is the data path's
 share. This machine's neighbours make single timings noisy, so the three are interleaved for `--rounds`
-rounds in one process and the fastest round of each is reported.
+rounds in one process and the fastest round of each is reported. The DSA-MoE / SA-MLP ratio is also timed
+over a whole CPU-scale run (its steps, batches and lr schedule; the two models alternate in chunks of steps),
+since a fresh MoE's routing is most skewed in its first steps.
 """
 import argparse
 import time
