@@ -74,19 +74,26 @@ def random_batches(img, target, steps):
         yield img, target
 
 
+def cpu_scale_run(p, name):
+    """A CPU-scale model as its run starts (seed 0): config, train recipe, data description, the run's batches,
+    the fresh model."""
+    ds = model_datasets(p, name)[0]
+    cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
+    desc = describe_prepared(prepared_dir(ds))
+    batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
+    torch.manual_seed(0)
+    model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
+    return cfg, train, desc, batches, model
+
+
 def cpu_scale(args):
     p = load_params(args.params)
     names = args.models.split(",") if args.models else [m for s in ("recursive", "sparseformer")
                                                         for m in p.study(s).main + p.study(s).ablations]
     rows = {}
     for name in names:
-        ds = model_datasets(p, name)[0]
-        cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
-        desc = describe_prepared(prepared_dir(ds))
-        torch.manual_seed(0)
-        model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
+        cfg, train, desc, batches, model = cpu_scale_run(p, name)
         step = step_fn(model, train, len(desc["classes"]))
-        batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
         b = train["batch_size"]
         img = torch.randn(b, desc["channels"], cfg["img_size"], cfg["img_size"])
         target = torch.randint(0, len(desc["classes"]), (b,))
@@ -120,17 +127,12 @@ def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
     p = load_params(args.params)
     runs = {}
     for name in (a, b):
-        ds = model_datasets(p, name)[0]
-        cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
-        desc = describe_prepared(prepared_dir(ds))
-        batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
+        _, train, desc, batches, model = cpu_scale_run(p, name)
         total = train["epochs"] * len(batches)
         warmup, peak = int(train["warmup_epochs"] * len(batches)), peak_lr(train, 1)
 
         def schedule(i, total=total, warmup=warmup, peak=peak, train=train):
             return lr_at(i, total, warmup, peak, train["min_lr"], train["warmup_lr"])
-        torch.manual_seed(0)
-        model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
         runs[name] = {"step": step_fn(model, train, len(desc["classes"]), schedule),
                       "batches": pipeline_batches(batches, total), "seconds": [], "total": total}
     total = min(r["total"] for r in runs.values())
