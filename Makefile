@@ -6,19 +6,20 @@ STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: repro test setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke benchmark
+.PHONY: repro test setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
+	gpu-benchmark pipelines
 
-# params are checked before DVC reads dvc.yaml; outputs already in the DVC remote are pulled instead of rebuilt
-# (by the hashes in dvc.lock, so only what the committed code produced), and new outputs are pushed after
-# (PUSH=0: not).
+# params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
+# before DVC reads them; outputs already in the DVC remote are pulled instead of rebuilt (by the hashes in
+# dvc.lock, so only what the committed code produced), and new outputs are pushed after (PUSH=0: not).
 PUSH ?= 1
 repro: setup
 	$(PY) -m itervision.params
-	-@dvc pull --allow-missing -q 2>/dev/null && echo "pulled what the DVC remote holds" || echo "nothing pulled from the DVC remote"
+	$(PY) -m itervision.lockfiles
+	-@$(PY) -m itervision.remote pull
 	dvc repro
 	@dvc status
-	-@if [ "$(PUSH)" = 1 ]; then dvc push -q 2>/dev/null && echo "pushed to the DVC remote ($$(dvc remote default))" \
-	  || echo "no DVC remote reachable: nothing pushed"; fi
+	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.remote push; fi
 
 test: setup
 	$(PY) -m pytest -q
@@ -55,10 +56,14 @@ paper-scale: setup
 cpu-scale: setup
 	$(PY) stages/set_scale.py cpu
 
-# `make paper-plan` plans params.yaml as it is; SCALE=paper plans a scale without switching; FAST=1 skips fvcore
-# and the memory estimate (seconds instead of minutes).
+# `make paper-plan` plans params.yaml as it is; SCALE=paper plans a scale without switching; GPU=nvidia-h200 takes
+# that GPU's measured rates (benchmarks/results/); FAST=1 skips fvcore and the memory estimate.
 paper-plan: setup
-	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(FAST),--fast)
+	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(GPU),--gpu $(GPU)) $(if $(FAST),--fast)
+
+# The torchvision datasets of the paper scale into data/raw/ (the folders configs/scales/paper.yaml names).
+paper-data: setup
+	for d in cifar10 cifar100 mnist; do $(PY) -m itervision.data.download $$d data/raw/$$d || exit 1; done
 
 # Every paper configuration for one step on synthetic data in the real formats, in a scratch copy (.smoke/).
 paper-smoke: setup
@@ -67,3 +72,13 @@ paper-smoke: setup
 benchmark: setup
 	$(PY) benchmarks/training_speed.py
 	$(PY) benchmarks/sparseformer_speed.py
+
+# Every paper configuration on the GPU (training img/s, kernels and host syncs per step, memory, compile, inference
+# per exit) -> benchmarks/results/<gpu>.json. Without CUDA it says so and exits 0. It needs torch (and timm) only,
+# so it runs with a machine's own python too: `make gpu-benchmark PY=python3`.
+gpu-benchmark:
+	PYTHONPATH=src $(PY) benchmarks/gpu_speed.py
+
+# The DVC files are generated from the studies registry and each stage's import closure.
+pipelines: $(STAMP)
+	$(PY) -m itervision.dvc_files

@@ -10,9 +10,9 @@ import time
 import torch
 
 from itervision.evaluation.flops import count_flops, run_to_exit
+from itervision.matrix import model_spec
 from itervision.models.registry import build_model
-from itervision.params import check_params, model_config
-from itervision.pipeline import dataset_shape
+from itervision.params import check_params
 from itervision.scales import render_scale
 
 
@@ -52,11 +52,10 @@ def main():
         print(f"{'model':20s} {'exit':>4s} {'GFLOPs':>8s} {'img/s':>9s} {'latency ms':>11s} {'% of peak':>9s}")
         for name in list(s.static) + [s.recurrent]:
             torch.manual_seed(0)
-            classes, chans = dataset_shape(p, dataset)
-            model = build_model(model_config(p, name, dataset), classes, chans).eval()
+            model = build_model(model_spec(p, name, dataset).config).eval()
             size = model.cfg.img_size
-            one = torch.randn(1, chans, size, size)
-            big = torch.randn(batch, chans, size, size)
+            one = torch.randn(1, model.cfg.in_chans, size, size)
+            big = torch.randn(batch, model.cfg.in_chans, size, size)
             for e in range(model.num_exits):
                 g = count_flops(model, one, e, complete=True)["flops"] / 1e9
                 sec = timed(lambda x: run_to_exit(model, x, e), big, args.repeats)

@@ -1,6 +1,7 @@
 """Benchmark: training images/s of every CPU-scale model, in the pipeline's data path and on random tensors,
 at the same batch; DSA-MoE / SA-MLP time ratios at CPU scale and at the paper configuration; the DSA kernels
-and MoE dispatch side by side. Prints figures only; nothing here is a test.
+and MoE dispatches side by side; dispatcher-level ops per training step at the paper configuration. Prints
+figures only; nothing here is a test.
 
     python benchmarks/training_speed.py [--steps 6] [--rounds 3] [--models sa-mlp,dsa-moe] [--paper-batch 32]
                                         [--skip-whole-run] [--skip-paper]
@@ -20,17 +21,17 @@ import time
 import torch
 
 from itervision.data.loaders import describe_prepared, train_batches
-from itervision.engine.recipe import SoftTargets, build_optimizer, lr_at, peak_lr, soft_target_ce
+from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses, lr_schedule
 from itervision.layout import prepared_dir
+from itervision.matrix import model_datasets, model_spec, run_spec
 from itervision.models.registry import build_model
-from itervision.params import check_params, load_params, model_config, train_config
-from itervision.pipeline import model_datasets, study_of
+from itervision.params import check_params, load_params
 from itervision.scales import render_scale
 
 
 def step_fn(model, train, num_classes, schedule=None):
     """One training step as stages/run.py takes it; `schedule` (step -> lr) sets the lr of each step."""
-    opt = build_optimizer(model, train, 1)
+    opt = build_optimizer(model, train)
     targets = SoftTargets(train, num_classes)
     weights = torch.tensor(model.exit_loss_weights())
     taken = [0]
@@ -42,10 +43,10 @@ def step_fn(model, train, num_classes, schedule=None):
             taken[0] += 1
         img, soft = targets(img, target)
         out = model(img)
-        loss = (weights * torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])).sum() + out["aux_loss"]
+        loss = (weights * exit_losses(out["logits"], soft)).sum() + out["aux_loss"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train["clip_grad"] or 1e9)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train.clip_grad or 1e9)
         opt.step()
     return step
 
@@ -78,12 +79,13 @@ def cpu_scale_run(p, name):
     """A CPU-scale model as its run starts (seed 0): config, train recipe, data description, the run's batches,
     the fresh model."""
     ds = model_datasets(p, name)[0]
-    cfg, train = model_config(p, name, ds), train_config(p, ds, study_of(p, name))
+    spec, train = model_spec(p, name, ds), run_spec(p, name, ds).train
+    torch.set_num_threads(train.threads)
     desc = describe_prepared(prepared_dir(ds))
-    batches = train_batches(prepared_dir(ds), cfg["img_size"], train, seed=0)
+    batches = train_batches(prepared_dir(ds), spec.config.img_size, train, seed=0)
     torch.manual_seed(0)
-    model = build_model(cfg, len(desc["classes"]), desc["channels"]).train()
-    return cfg, train, desc, batches, model
+    model = build_model(spec.config).train()
+    return spec.config, train, desc, batches, model
 
 
 def cpu_scale(args):
@@ -94,8 +96,8 @@ def cpu_scale(args):
     for name in names:
         cfg, train, desc, batches, model = cpu_scale_run(p, name)
         step = step_fn(model, train, len(desc["classes"]))
-        b = train["batch_size"]
-        img = torch.randn(b, desc["channels"], cfg["img_size"], cfg["img_size"])
+        b = train.global_batch
+        img = torch.randn(b, desc["channels"], cfg.img_size, cfg.img_size)
         target = torch.randint(0, len(desc["classes"]), (b,))
         best = {"pipeline": 0.0, "model": 0.0, "data": 0.0}
         for _ in range(args.rounds):
@@ -121,18 +123,12 @@ def ratio_line(rows, a, b, what):
 def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
     """Training time of two whole CPU-scale runs (the run's steps, batches and lr schedule, seed 0), taken in
     chunks of `chunk` steps alternating between the models in one process, so the machine's drift hits both.
-    A fresh MoE routes most tokens to one expert for its first ~10-20 steps (the busiest expert gets up to 2x
-    the mean load, so the padded buffer does up to 2x the expert work; ~1.2x later), which a few-step timing
-    of fresh models over-weights."""
+    The machine's drift over a minute hits both models alike this way."""
     p = load_params(args.params)
     runs = {}
     for name in (a, b):
         _, train, desc, batches, model = cpu_scale_run(p, name)
-        total = train["epochs"] * len(batches)
-        warmup, peak = int(train["warmup_epochs"] * len(batches)), peak_lr(train, 1)
-
-        def schedule(i, total=total, warmup=warmup, peak=peak, train=train):
-            return lr_at(i, total, warmup, peak, train["min_lr"], train["warmup_lr"])
+        total, schedule = lr_schedule(train, len(batches))
         runs[name] = {"step": step_fn(model, train, len(desc["classes"]), schedule),
                       "batches": pipeline_batches(batches, total), "seconds": [], "total": total}
     total = min(r["total"] for r in runs.values())
@@ -152,13 +148,15 @@ def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
 
 def paper_scale(args):
     """DSA-MoE against SA-MLP at the paper configuration (CIFAR-10, 32 px, d 512), random tensors."""
+    import dataclasses
+
     p = check_params(render_scale("paper"))
-    train = train_config(p, "cifar10", "recursive")
+    train = dataclasses.replace(run_spec(p, "sa-mlp", "cifar10").train, mixup=0.0, cutmix=0.0)
     steps, out = {}, {"sa-mlp": 0.0, "dsa-moe": 0.0}
     for name in out:
         torch.manual_seed(0)
-        model = build_model(model_config(p, name, "cifar10"), 10, 3).train()
-        steps[name] = step_fn(model, {**train, "mixup": 0.0, "cutmix": 0.0}, 10)
+        model = build_model(model_spec(p, name, "cifar10").config).train()
+        steps[name] = step_fn(model, train, 10)
     img, target = torch.randn(args.paper_batch, 3, 32, 32), torch.randint(0, 10, (args.paper_batch,))
     for _ in range(args.rounds):  # interleaved, like the CPU-scale rows
         for name, step in steps.items():
@@ -169,7 +167,9 @@ def paper_scale(args):
 
 
 def kernels(args):
-    """The two DSA kernels and the two MoE dispatches on one block's input, forward + backward."""
+    """The two DSA kernels and the MoE kernels on one block's input, forward + backward: the gated-MLP `dense`
+    kernel (what the CPU runs), and a loop over experts on exactly their tokens (the FLOP-exact reference; it
+    reads the routing back to the host, which no model step may do)."""
     from itervision.models.recursive import MoE, RecursiveAttention
 
     torch.manual_seed(0)
@@ -179,40 +179,32 @@ def kernels(args):
         for kernel in ("masked", "gathered"):
             att = RecursiveAttention(d, 8 if d == 512 else 4, "dsa", 6 if d == 512 else 4, kernel).train()
             res[kernel] = best_ms(lambda: att(x)[0].sum().backward(), args.rounds)
-        moe = MoE(d, d, 4, 2)
+        moe = MoE(d, d, 4, 2, "dense")
 
         def loop():
             x2d = x.reshape(-1, d)
             _, weight, idx = moe.route(x2d)
-            out = torch.zeros_like(x2d)
-            for e in range(4):
-                token, slot = (idx == e).nonzero(as_tuple=True)
-                out = out.index_add(0, token, moe.expert(e, x2d[token]) * weight[token, slot, None])
-            out.sum().backward()
+            moe._per_expert(x2d, weight, idx).sum().backward()
 
-        # The alternative to padding: one matmul per expert on its contiguous rows. Faster here alone under
-        # skewed routing, yet no faster in whole-model training at either width (README "Speed"), so the
-        # model keeps the padded buffer; this keeps the comparison measurable.
-        def sorted_slices():
-            x2d = x.reshape(-1, d)
-            _, weight, idx = moe.route(x2d)
-            flat = idx.reshape(-1)
-            order = flat.argsort(stable=True)
-            rows = x2d.index_select(0, order // 2).split(torch.bincount(flat, minlength=4).tolist())
-            y = torch.cat([moe.expert(e, r) for e, r in enumerate(rows)])
-            where = torch.empty_like(order).scatter_(0, order, torch.arange(len(order)))
-            ((y.index_select(0, where).view(-1, 2, d) * weight[..., None]).sum(1)).sum().backward()
-        for routing, bias in (("", None), (" (skewed routing)", [1.0, 0.5, 0.0, 0.0])):
-            if bias is not None:  # loads like the paper model's at init: the busiest expert ~1.8x the mean
-                with torch.no_grad():
-                    moe.router.bias.copy_(torch.tensor(bias))
-            res[f"moe padded{routing}"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
-            res[f"moe sorted slices{routing}"] = best_ms(sorted_slices, args.rounds)
-        with torch.no_grad():
-            moe.router.bias.zero_()
+        res["moe dense (gated MLP)"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
         res["moe loop over experts"] = best_ms(loop, args.rounds)
         print(f"{label} (d {d}, batch {B}, L {L}), forward + backward, ms: "
               + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
+
+
+def op_counts(batch: int = 4):
+    """Dispatcher-level ops of one training step at the paper configuration (the proxy for GPU kernels)."""
+    from itervision.evaluation.opcount import step_ops
+
+    p = check_params(render_scale("paper"))
+    counts = {}
+    for name in ("sa-mlp", "sa-moe", "dsa-moe"):
+        torch.manual_seed(0)
+        ops = step_ops(build_model(model_spec(p, name, "cifar10").config), batch)
+        counts[name] = (sum(ops.values()), ops["aten._local_scalar_dense"])
+    print(f"paper configuration, ops per training step (batch {batch}, forward + backward): "
+          + ", ".join(f"{k} {n:,} ({reads} host reads)" for k, (n, reads) in counts.items())
+          + f"; dsa-moe / sa-mlp {counts['dsa-moe'][0] / counts['sa-mlp'][0]:.3f}")
 
 
 def best_ms(fn, rounds, repeats=10) -> float:
@@ -242,6 +234,7 @@ def main():
     if not args.skip_whole_run:
         whole_run_ratio(args)
     kernels(args)
+    op_counts()
     if not args.skip_paper:
         paper_scale(args)
 

@@ -5,31 +5,30 @@
     metrics/STUDY_timing.json      wall-clock figures (shown by `dvc metrics`, never gated)
 
 Reads exactly the runs that params (seeds, ablation_seeds, the study's lists) say exist, never a glob, and
-names every missing or corrupt run at once.
+names every missing or corrupt run at once. The study's statistics are in itervision/studies/STUDY/analysis.py.
 """
 import argparse
-from pathlib import Path
 
-from itervision.analysis import recursive, sparseformer
-from itervision.errors import cli_entry
+from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import finite_or_none, write_json
+from itervision.layout import study_metrics
 from itervision.params import load_params
-
-STUDIES = {"recursive": recursive, "sparseformer": sparseformer}
+from itervision.studies import STUDIES
 
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--study", required=True, choices=sorted(STUDIES))
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args(argv)
     p = load_params(args.params)
-    module = STUDIES[args.study]
-    agg = {"scale": p.scale, **module.aggregate(p)}
-    write_json(Path("metrics") / args.study / "aggregate.json", agg)
-    write_json(Path("metrics") / f"{args.study}.json", finite_or_none(module.summary_metrics(agg)))
-    write_json(Path("metrics") / f"{args.study}_timing.json", finite_or_none(module.timing_metrics(agg)))
+    analysis = STUDIES[args.study].part("analysis")
+    files = study_metrics(args.study)
+    agg = {"scale": p.scale, **analysis.aggregate(p)}
+    write_json(files["aggregate"], agg)
+    write_json(files["summary"], finite_or_none(analysis.summary_metrics(agg)))
+    write_json(files["timing"], finite_or_none(analysis.timing_metrics(agg)))
 
 
 if __name__ == "__main__":

@@ -5,44 +5,58 @@ states the rule). Not a DVC stage: CI and `make check-metrics REV=main` run it.
     python stages/check_regressions.py --diff-json d.json    # a saved `dvc metrics diff REV --all --json`
         [--params-diff-json p.json]                          # and `dvc params diff REV --all --json`
 
-Exit status: 0 no regression, 1 regression, 2 usage or input error (bad revision, unreadable file, different
-scales). dvc runs through this interpreter (`python -m dvc`), so PATH need not hold the venv.
+Exit status: 0 compared, no regression; 1 regression; 2 cannot compare honestly (nothing compared, a baseline
+without metrics, NaN, a negative interval, different scales, a stale or corrupt workspace, a bad revision or
+file), with one line saying which. dvc runs through this interpreter, so PATH need not hold the venv.
 """
 import argparse
 import sys
 
-from itervision.errors import UserError, cli_entry
-from itervision.gate import check_scales, compare, dvc_json, format_rows
+from itervision.errors import ArgumentParser, UserError, cli_entry
+from itervision.gate import (check_scales, compare, compared, format_rows, scale_at, side_at, sides_from_diff,
+                             stale_stages, verdict_of, workspace_side)
 from itervision.io import read_json_file
 from itervision.params import load_params
 
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rev", nargs="?", help="git revision to compare the workspace with")
-    ap.add_argument("--diff-json", help="read this `dvc metrics diff --all --json` output instead of running dvc")
+    ap.add_argument("--diff-json", help="read this `dvc metrics diff --all --json` output instead of the workspace")
     ap.add_argument("--params-diff-json", help="with --diff-json: a saved `dvc params diff --all --json`")
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args(argv)
     min_drop = load_params(args.params).report.regression_min_drop
     if args.diff_json:
         fix = "save it with `dvc metrics diff REV --all --json > FILE`"
-        diff = read_json_file(args.diff_json, fix)
-        scale = check_scales(read_json_file(args.params_diff_json, "save it with `dvc params diff REV --all --json`")
-                             if args.params_diff_json else {})
+        old, new = sides_from_diff(read_json_file(args.diff_json, fix))
+        scale = "unknown"
+        if args.params_diff_json:
+            pdiff = read_json_file(args.params_diff_json, "save it with `dvc params diff REV --all --json`")
+            v = next((keys["scale"] for keys in pdiff.values() if isinstance(keys, dict) and
+                      isinstance(keys.get("scale"), dict)), {})
+            scale = check_scales(str(v.get("old", v.get("new"))), str(v.get("new", v.get("old"))))
     elif args.rev:
-        scale = check_scales(dvc_json("params", "diff", args.rev, "--all"))
-        diff = dvc_json("metrics", "diff", args.rev, "--all")
+        scale = check_scales(scale_at(args.rev), scale_at(None))
+        stale = stale_stages()
+        if stale:
+            raise UserError(f"the workspace metrics are stale: `dvc status` lists {len(stale)} changed stages (first "
+                            f"{stale[0]}); run `dvc repro` (make repro) before gating")
+        old, new = side_at(args.rev), workspace_side()
     else:
         raise UserError("give a git revision (e.g. main) or --diff-json FILE")
-    rows = compare(diff, min_drop)
+    rows = compare(old, new, min_drop)
+    status = verdict_of(rows)
     for line in format_rows(rows):
         print(line)
     bad = [r for r in rows if r["verdict"].startswith("REGRESSION")]
-    print(f"{len(rows)} accuracy metrics compared (scale {scale}), {len(bad)} regressions; a drop counts when it "
-          f"exceeds both the combined 95% half-width of the two means and {100 * min_drop:.2f} points")
-    sys.exit(1 if bad else 0)
+    n = len(compared(rows))
+    print(f"{n} accuracy metrics compared, {len(rows) - n} new or uninformative (scale {scale}), {len(bad)} "
+          f"regressions; a "
+          f"drop counts when it exceeds both the combined 95% half-width of the two means and {100 * min_drop:.2f} "
+          f"points")
+    sys.exit(status)
 
 
 if __name__ == "__main__":

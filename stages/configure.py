@@ -1,4 +1,4 @@
-"""DVC stage: check params.yaml and write the resolved configuration of every (dataset, model) of both studies.
+"""DVC stage: check params.yaml and write the resolved configuration of every (dataset, model) of every study.
 
     configs/resolved/DATASET/MODEL/model.json    architecture (every key the model reads), classes, channels
     configs/resolved/DATASET/MODEL/run.json      training recipe and evaluation keys for that dataset
@@ -6,25 +6,27 @@
 
 The run and profile stages depend on these files instead of on params groups, so a change retrains exactly
 the models whose resolved configuration changed (e.g. `models.dsa-moe.topk` retrains dsa-moe alone, and a
-top-k change of the architecture leaves dense models alone). Every params problem fails here, before anything
-trains.
+top-k change of the architecture leaves dense models alone). This stage depends on the whole of params.yaml,
+so every params rule is checked here, before any run stage trains, whatever DVC runs first.
 """
 import argparse
 from pathlib import Path
 
-from itervision.errors import cli_entry
+from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import commit_dir, fresh_temp_dir, write_json
-from itervision.params import load_params
 from itervision.layout import RESOLVED_ROOT
-from itervision.pipeline import resolved_configs
+from itervision.matrix import resolved_configs
+from itervision.params import load_params
 
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default=str(RESOLVED_ROOT))
     args = ap.parse_args(argv)
+    if Path(args.out).is_file():
+        raise UserError(f"--out {args.out} is a file; give a folder")
     configs = resolved_configs(load_params(args.params))
     tmp = fresh_temp_dir(args.out)
     for (dataset, model), files in configs.items():

@@ -4,21 +4,41 @@
     torchrun --nproc_per_node=8 stages/run.py --study sparseformer --dataset imagenet200 --model sf-recurrent --seed 0
 
 Reads configs/resolved/DATASET/MODEL/{model,run}.json (stage configure) and data/prepared/DATASET; writes the
-run folder runs/STUDY/DATASET/MODEL/seedN/ (see itervision/runs.py). A killed run resumes from its last
-checkpoint (checkpoints/...), which is deleted once the run's outputs are complete. Under torchrun only rank 0
-evaluates. One process trains and evaluates: a second process would pay the 3 s torch import again.
+run folder runs/STUDY/DATASET/MODEL/seedN/ (see itervision/runs.py) through a staging folder renamed into place
+at the end. One process at a time per run (an exclusive lock); a killed run resumes from its last checkpoint
+(checkpoints/...), which is deleted once the run's outputs are complete. Under torchrun only rank 0 writes and
+evaluates. `--evaluate-only` scores the existing weights again, and refuses when the resolved configuration,
+the prepared data or the training code differ from what the weights were trained with.
 """
+import contextlib
 import os
 
 from _common import run_parser
 
-from itervision.engine.checkpoint import code_fingerprint, remove_checkpoints
+from itervision.data.loaders import describe_prepared
+from itervision.engine.checkpoint import remove_checkpoints
 from itervision.engine.distributed import cleanup
-from itervision.engine.train import train_run
-from itervision.errors import cli_entry
+from itervision.engine.train import train_run, training_fingerprint
+from itervision.errors import UserError, cli_entry
 from itervision.evaluation.evaluate import evaluate_run
-from itervision.layout import prepared_dir, read_resolved
-from itervision.runs import RunRecord
+from itervision.layout import prepared_dir
+from itervision.models.registry import model_class
+from itervision.runs import CONFIG, TRAIN_LOG, WEIGHTS, RunRecord
+from itervision.specs import read_model_spec, read_run_spec
+
+
+def check_trained_with(record: RunRecord, spec, run, prepared) -> None:
+    """--evaluate-only: the weights must come from this very configuration, data and training code."""
+    trained = record.config()
+    model_class(spec.family)  # the fingerprint covers the model's code, as when it was trained
+    now = training_fingerprint(spec, run.train, describe_prepared(prepared)["fingerprint"], record.seed,
+                               int(trained.get("world_size", 1)))
+    if trained.get("fingerprint") != now:
+        differs = [what for what, a, b in (("model config", trained["config"], spec.to_json()["config"]),
+                                           ("train recipe", trained["train"], run.to_json()["train"]))
+                   if a != b] or ["prepared data or training code"]
+        raise UserError(f"{record.dir} was trained with another {' and '.join(differs)} than configs/resolved and "
+                        f"data/prepared hold now; retrain it (`dvc repro {record.stage}`) instead of --evaluate-only")
 
 
 @cli_entry
@@ -27,24 +47,29 @@ def main(argv=None):
     ap.add_argument("--evaluate-only", action="store_true", help="evaluate the run's existing weights again")
     args = ap.parse_args(argv)
     record = RunRecord(args.study, args.dataset, args.model, args.seed)
-    model_json = read_resolved(args.dataset, args.model, "model.json")
-    run_json = read_resolved(args.dataset, args.model, "run.json")
+    spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
     prepared = prepared_dir(args.dataset)
-    if not args.evaluate_only:
-        try:
-            log = train_run(record=record, model_cfg=model_json["config"], train_cfg=run_json["train"],
-                            prepared=prepared, progress=not args.quiet)
-        finally:
-            cleanup()
-        if int(os.environ.get("RANK", "0")) != 0:
-            return
-        record.write_config({**model_json, **run_json, "seed": args.seed, "world_size": log["world_size"],
-                             "data": {"fingerprint": log["data_fingerprint"]}, "code": code_fingerprint(),
-                             "fingerprint": log["fingerprint"]})
-    m = evaluate_run(record, model_json, run_json, prepared)  # metrics.json last: the run is complete
-    remove_checkpoints(record.checkpoint_dir)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    with record.lock() if main_rank else contextlib.nullcontext():
+        if args.evaluate_only:
+            check_trained_with(record, spec, run, prepared)
+            staged = record.start_staging(keep=(CONFIG, WEIGHTS, TRAIN_LOG))
+        else:
+            staged = record.start_staging() if main_rank else record
+            try:
+                log = train_run(record=staged, spec=spec, train=run.train, prepared=prepared,
+                                progress=not args.quiet)
+            finally:
+                cleanup()
+            if not main_rank:
+                return
+            staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed, "world_size": log["world_size"],
+                                 "data": {"fingerprint": log["data_fingerprint"]}, "fingerprint": log["fingerprint"]})
+        metrics = evaluate_run(staged, spec, run, prepared)  # metrics.json last: the run is complete
+        record.commit_staging()
+        remove_checkpoints(record.checkpoint_dir)
     if not args.quiet:
-        top1 = " ".join(f"{a:.3f}" for a in m["splits"]["test"]["top1_per_exit"])
+        top1 = " ".join(f"{a:.3f}" for a in metrics["splits"]["test"]["top1_per_exit"])
         print(f"{args.dataset} {args.model} seed {args.seed}: test top-1 per exit {top1}")
 
 

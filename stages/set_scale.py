@@ -7,10 +7,11 @@ configs/scales/cpu.yaml is the full CPU-scale parameter set; other scales are ov
 (mappings merged key by key, lists and values replaced).
 """
 import argparse
+from pathlib import Path
 
 import yaml
 
-from itervision.errors import cli_entry
+from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import write_text
 from itervision.params import check_params
 from itervision.scales import SCALES_DIR, render_scale
@@ -18,10 +19,13 @@ from itervision.scales import SCALES_DIR, render_scale
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scale", help="cpu, paper, tiny, or any configs/scales/NAME.yaml")
     ap.add_argument("--out", default="params.yaml")
     args = ap.parse_args(argv)
+    if Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a folder; give the params file to write, e.g. "
+                        f"{Path(args.out) / 'params.yaml'}")
     rendered = render_scale(args.scale)
     check_params(rendered)  # a broken overlay fails here, before params.yaml is touched
     if args.scale == "cpu":  # the complete file, comments included

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 REC = dict(img_size=16, encoder_widths=[4, 8, 8], dim=16, heads=2, blocks=2, steps=5, attention="dsa", topk=3,
-           dsa_kernel="masked", ffn="moe", mlp_ratio=2.0, experts=3, experts_per_token=2, embedding="hard",
+           dsa_kernel="masked", ffn="moe", mlp_ratio=2.0, experts=3, experts_per_token=2, moe_kernel="dense",
+           embedding="hard",
            drop_path=0.0, step_loss="mean", earlier_weight=0.1, balance_weight=0.01, indexer_kl_weight=0.1)
 SF = dict(img_size=28, stem_channels=6, stem_kernel=3, stem_stride=1, stem_pool=True, rounds=[1, 4, 9], points=4,
           focus_dim=8, focus_heads=2, focus_iters=2, cortex_dim=12, cortex_heads=2, cortex_depth=2,
@@ -43,12 +44,12 @@ def tiny_params(root: Path, per_class=(20, 5), **train) -> dict:
     if not source.exists():
         idx_dataset(source, *per_class)
     params = render_scale("tiny", ROOT)
-    params["data"]["roots"] = {"fashion_mnist": str(source)}
+    params["data"]["sources"] = {"fashion_mnist": str(source)}
     params["subset"]["torchvision"]["fashion_mnist"] = {"classes": "all", "calib_per_class": 4,
                                                         "train_per_class": "all", "test_per_class": "all"}
     params["architectures"]["recursive"]["img_size"] = 16
     params["architectures"]["sparseformer"]["img_size"] = 16
-    params["train"].update({"epochs": 2, "batch_size": 8, "lr_batch": 8, "curve_points": 2, "curve_images": 8,
+    params["train"].update({"epochs": 2, "global_batch": 8, "lr_batch": 8, "curve_points": 2, "curve_images": 8,
                             **train})
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return params
@@ -60,8 +61,8 @@ def prepare(root: Path, **train) -> dict:
 
     from itervision.data.subset import subset_torchvision
     from itervision.io import write_json as _write
+    from itervision.matrix import resolved_configs
     from itervision.params import load_params
-    from itervision.pipeline import resolved_configs
 
     raw = tiny_params(root, **train)
     cwd = os.getcwd()
@@ -71,8 +72,7 @@ def prepare(root: Path, **train) -> dict:
         spec = p.subset.torchvision["fashion_mnist"]
         subset_torchvision("fashion_mnist", "data/prepared/fashion_mnist", classes=spec.classes,
                            train_per_class=spec.train_per_class, calib_per_class=spec.calib_per_class,
-                           test_per_class=spec.test_per_class, seed=0, root=p.data.roots["fashion_mnist"],
-                           cache_root="data/raw")
+                           test_per_class=spec.test_per_class, seed=0, root=p.data.sources["fashion_mnist"])
         for (ds, m), files in resolved_configs(p).items():
             for name, content in files.items():
                 _write(Path("configs/resolved") / ds / m / name, content)
@@ -106,7 +106,8 @@ def make_repo(dst: Path) -> Path:
     (dst / ".dvc" / "config").write_text("[core]\n    analytics = false\n")  # no shared cache here
     sh("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init", dst)
     sh(f"{sys.executable} stages/set_scale.py tiny", dst)
-    params = (dst / "params.yaml").read_text().replace("fashion_mnist: null", "fashion_mnist: synthetic/fashion_mnist")
+    params = (dst / "params.yaml").read_text().replace("fashion_mnist: /usr/share/datasets/fashion-mnist",
+                                                       "fashion_mnist: synthetic/fashion_mnist")
     (dst / "params.yaml").write_text(params)
     sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm tiny", dst)
     return dst

@@ -2,10 +2,13 @@
 cause and the fix, with no traceback and no output that looks complete. Params problems are checked by the
 first stage (configure) and by `python -m itervision.params`, which `make repro` runs before DVC reads
 dvc.yaml; file problems at the stage that reads the file."""
+import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,10 @@ def assert_one_line(r, expected: str):
 
 
 def set_key(params: dict, dotted: str, value):
+    if dotted == "new model":  # a model named `value`, listed by a study so that the name reaches every check
+        params["models"][value] = {"arch": "recursive"}
+        params["recursive"]["main"].append(value)
+        return
     node, keys = params, dotted.split(".")
     for k in keys[:-1]:
         node = node[k]
@@ -53,6 +60,11 @@ PARAMS_CASES = [
     ("ablation_seeds", [1], "ablation_seeds [1] must be a prefix of seeds"),
     ("train.randaugment", "rand-xyz", "'train.randaugment' = 'rand-xyz' is out of range"),
     ("recursive.main", ["sa-mlp", "dsa-moe", "nope"], "unknown model 'nope'"),
+    ("new model", "../../../../escaped", "model name '../../../../escaped' under `models` is not a valid name"),
+    ("new model", "sa mlp", "model name 'sa mlp' under `models` is not a valid name"),
+    ("seeds", [0, 2 ** 63], "'seeds' holds 9223372036854775808; seeds are integers in [0, 2147483647]"),
+    ("seeds", list(range(10_000)), "'seeds' lists 10000 seeds; at most 64"),
+    ("seeds", [0, 1, 2, 2], "'seeds' repeats seed 2"),
     ("models.sa-mlp.arch", "nope", "names arch 'nope'"),
     ("train.lerning_rate", 1.0, "unknown key 'train.lerning_rate'"),
     ("evaluate.trace_imgs", 4, "unknown key 'evaluate.trace_imgs'"),
@@ -66,14 +78,115 @@ def tiny(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("key,value,expected", PARAMS_CASES, ids=[f"{k}={v!r}" for k, v, _ in PARAMS_CASES])
+@pytest.mark.parametrize("key,value,expected", PARAMS_CASES, ids=[f"{k}={str(v)[:20]}" for k, v, _ in PARAMS_CASES])
 def test_bad_params_value(tmp_path, key, value, expected):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     set_key(params, key, value)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    work = tmp_path / "a" / "b" / "c" / "d"
+    work.mkdir(parents=True)
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
     for cmd in (["-m", "itervision.params"], ["stages/configure.py"]):
-        assert_one_line(run(tmp_path, *cmd), expected)
-    assert not (tmp_path / "configs").exists()
+        assert_one_line(run(work, *cmd), expected)
+    assert not (work / "configs").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_duplicate_params_keys_are_refused_as_dvc_refuses_them(tmp_path):
+    """PyYAML keeps the last of two equal keys; DVC refuses the file: the params check must not read other values
+    than DVC does."""
+    text = (ROOT / "params.yaml").read_text().replace("  epochs: 1\n", "  epochs: 1\n  epochs: 3\n", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    assert_one_line(run(tmp_path, "-m", "itervision.params"), "duplicate key 'epochs'")
+
+
+def test_a_model_name_with_a_space_fails_at_the_check_not_at_a_stage(tmp_path):
+    """The name rule holds for stage arguments too: a bad name is one line from argparse, not a traceback."""
+    r = run(tmp_path, "stages/profile_model.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model",
+            "sa mlp")
+    assert_one_line(r, "'sa mlp' is not a valid name")
+
+
+@pytest.mark.parametrize("seed", [str(2 ** 63), "-1", "x"])
+def test_a_seed_out_of_range_is_one_line(tmp_path, seed):
+    r = run(tmp_path, "stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "sa-mlp",
+            "--seed", seed)
+    assert_one_line(r, "argument --seed")
+
+
+def test_set_scale_out_a_folder_is_one_line(tmp_path):
+    assert_one_line(run(ROOT, "stages/set_scale.py", "tiny", "--out", str(tmp_path)), "is a folder")
+
+
+def test_evaluate_only_refuses_weights_trained_under_another_config(tmp_path):
+    """Silent wrong result of the past: --evaluate-only scored old weights under a changed resolved config."""
+    import json
+
+    prepare(tmp_path)
+    args = ["stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "dsa-moe", "--seed",
+            "0", "--quiet"]
+    assert run(tmp_path, *args).returncode == 0
+    again = run(tmp_path, *args, "--evaluate-only")
+    assert again.returncode == 0, again.stderr[-2000:]  # the same config: scored again
+    model_json = tmp_path / "configs/resolved/fashion_mnist/dsa-moe/model.json"
+    spec = json.loads(model_json.read_text())
+    spec["config"]["topk"] = 1
+    model_json.write_text(json.dumps(spec))
+    metrics = tmp_path / "runs/recursive/fashion_mnist/dsa-moe/seed0/metrics.json"
+    before = metrics.read_bytes()
+    assert_one_line(run(tmp_path, *args, "--evaluate-only"), "was trained with another model config than "
+                                                             "configs/resolved")
+    assert metrics.read_bytes() == before
+
+
+def test_a_second_process_on_the_same_run_fails_in_one_line(tmp_path, monkeypatch):
+    """A killed dvc parent leaves its stage child running; a rerun must not start a second writer of that run."""
+    from itervision.runs import RunRecord
+
+    prepare(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with RunRecord("recursive", "fashion_mnist", "sa-mlp", 0).lock():
+        r = run(tmp_path, "stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "sa-mlp",
+                "--seed", "0", "--quiet")
+    assert_one_line(r, f"sa-mlp seed 0 on fashion_mnist is being trained by process {os.getpid()}")
+    assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0").exists()
+
+
+def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_path):
+    prepare(tmp_path, curve_points=4)
+    proc = subprocess.Popen([PY, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist",
+                             "--model", "dsa-moe", "--seed", "0", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    ckpt = tmp_path / "checkpoints/recursive/fashion_mnist/dsa-moe/seed0/last.pt"
+    deadline = time.time() + 300
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines == [lines[-1]] and lines[-1].startswith("error: interrupted (Ctrl-C)") and "Traceback" not in err
+    assert not (tmp_path / "runs/recursive/fashion_mnist/dsa-moe/seed0").exists()  # only the hidden staging folder
+
+
+@pytest.mark.parametrize("fault", ["file-size-limit", "not-a-folder"])
+def test_a_full_disk_or_unwritable_run_folder_is_one_line(tmp_path, fault):
+    """ulimit -f (a write fails part-way, as on a full disk) or a file where the run folder must go."""
+    import resource
+
+    prepare(tmp_path)
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    preexec = limit_file_size if fault == "file-size-limit" else None
+    if fault == "not-a-folder":
+        (tmp_path / "runs").write_text("a file where a folder must be")
+    r = subprocess.run([PY, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist",
+                        "--model", "sa-mlp", "--seed", "0", "--quiet"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, preexec_fn=preexec)
+    expected = "File too large" if fault == "file-size-limit" else "Not a directory"
+    assert_one_line(r, expected)
+    assert "then rerun the command" in r.stderr
+    if fault == "file-size-limit":
+        assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0/metrics.json").exists()
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -105,7 +218,7 @@ def test_bad_fashion_mnist_source(tmp_path, damage, expected):
 
 
 def test_unknown_dataset_and_missing_imagenet_root(tiny):
-    assert_one_line(run(tiny, "stages/make_subset.py", "--dataset", "cifar7"), "has no entry under subset")
+    assert_one_line(run(tiny, "stages/make_subset.py", "--dataset", "cifar7"), "is not under data.sources")
 
 
 def test_corrupt_prepared_split(tmp_path):

@@ -167,7 +167,7 @@ def test_class_lists():
 
 def _fashion_available():
     try:
-        sources.locate("fashion_mnist", None, ROOT / "data/raw")
+        sources.locate("fashion_mnist", sources.DEBIAN_FASHION_MNIST)
         return True
     except UserError:
         return False
@@ -179,7 +179,7 @@ fashion = pytest.mark.skipif(not _fashion_available(), reason="Fashion-MNIST not
 
 @fashion
 def test_real_fashion_mnist_through_the_loading_code():
-    classes, splits = load_source("fashion_mnist", None, ROOT / "data/raw")
+    classes, splits = load_source("fashion_mnist", sources.DEBIAN_FASHION_MNIST)
     (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
     assert len(ytr) + len(yte) == 70_000 and classes[0] == "T-shirt/top" and len(classes) == 10
     assert xtr.shape[1:] == xte.shape[1:] == (28, 28, 1) and xtr.dtype == xte.dtype == np.uint8
@@ -190,7 +190,7 @@ def test_real_fashion_mnist_through_the_loading_code():
 @fashion
 def test_torchvision_subset_deterministic_disjoint_and_shuffled(tmp_path):
     kw = dict(classes=["Trouser", "Bag", 0], train_per_class=20, calib_per_class=5, test_per_class=7,
-              cache_root=str(ROOT / "data/raw"))
+              root=sources.DEBIAN_FASHION_MNIST)
     m1 = subset_torchvision("fashion_mnist", tmp_path / "a", seed=4, **kw)
     m2 = subset_torchvision("fashion_mnist", tmp_path / "b", seed=4, **kw)
     assert m1["splits"] == m2["splits"]
@@ -204,20 +204,18 @@ def test_torchvision_subset_deterministic_disjoint_and_shuffled(tmp_path):
         subset_torchvision("fashion_mnist", tmp_path / "c", seed=0, **{**kw, "classes": ["Zebra"]})
 
 
-def test_missing_fashion_mnist_names_every_way_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
-    with pytest.raises(UserError) as err:
-        sources.locate("fashion_mnist", None, tmp_path / "cache", download=False)
-    msg = str(err.value)
-    assert "data.roots.fashion_mnist" in msg and "apt-get install -y dataset-fashion-mnist" in msg
-    assert "data.download: true" in msg and "\n" not in msg
-
-
-def test_an_explicit_root_never_falls_back_to_another_copy(tmp_path):
-    """Silent wrong result of the past: a root that was set but invalid fell back to the Debian copy."""
+def test_a_source_folder_without_the_files_is_one_line_naming_how_to_get_them(tmp_path):
+    """Silent wrong result of the past: a root that was set but invalid fell back to another copy. Now the one
+    folder data.sources names is read, or the error says how to fill it."""
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="data.roots.fashion_mnist = .* does not hold the fashion_mnist files"):
-        sources.locate("fashion_mnist", str(tmp_path / "empty"), tmp_path / "cache")
+    for name, hint in (("fashion_mnist", "apt"), ("cifar10", "python -m itervision.data.download cifar10")):
+        with pytest.raises(UserError) as err:
+            sources.locate(name, tmp_path / "empty")
+        msg = str(err.value)
+        assert f"data.sources.{name} = {tmp_path / 'empty'} does not hold the {name} files" in msg and "\n" not in msg
+        assert hint in msg or "dataset-fashion-mnist" in msg
+    with pytest.raises(UserError, match="does not hold"):
+        sources.locate("mnist", tmp_path / "no-such-folder")
 
 
 def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
@@ -226,8 +224,8 @@ def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
     plain.mkdir(parents=True)
     for f in (tmp_path / "gz").iterdir():
         (plain / f.stem).write_bytes(gzip.decompress(f.read_bytes()))
-    a = load_source("fashion_mnist", str(tmp_path / "gz"), tmp_path)[1]
-    b = load_source("fashion_mnist", str(tmp_path / "tv"), tmp_path)[1]
+    a = load_source("fashion_mnist", str(tmp_path / "gz"))[1]
+    b = load_source("fashion_mnist", str(tmp_path / "tv"))[1]
     assert all(np.array_equal(a[s][i], b[s][i]) for s in ("train", "test") for i in (0, 1))
     assert a["train"][0].shape == (30, 28, 28, 1) and np.bincount(a["train"][1]).tolist() == [3] * 10
 
@@ -235,9 +233,9 @@ def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
 def test_a_changed_source_is_read_again(tmp_path):
     """Silent wrong result of the past: a staging cache that never refreshed. Nothing is cached now."""
     idx_dataset(tmp_path / "src", 3, 2, seed=1)
-    first = load_source("fashion_mnist", str(tmp_path / "src"), tmp_path / "cache")[1]["train"][0]
+    first = load_source("fashion_mnist", str(tmp_path / "src"))[1]["train"][0]
     idx_dataset(tmp_path / "src", 4, 2, seed=2)
-    second = load_source("fashion_mnist", str(tmp_path / "src"), tmp_path / "cache")[1]["train"][0]
+    second = load_source("fashion_mnist", str(tmp_path / "src"))[1]["train"][0]
     assert len(first) == 30 and len(second) == 40
 
 
@@ -252,14 +250,14 @@ def test_a_corrupt_idx_file_is_one_line_naming_it(tmp_path, damage, expected):
     f = tmp_path / "train-images-idx3-ubyte.gz"
     f.write_bytes(damage(f.read_bytes()))
     with pytest.raises(UserError, match=expected) as err:
-        load_source("fashion_mnist", str(tmp_path), tmp_path / "cache")
+        load_source("fashion_mnist", str(tmp_path))
     assert str(f) in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name,classes", [("cifar10", 10), ("cifar100", 100)])
 def test_cifar_pickles_are_read_as_data(tmp_path, name, classes):
     cifar_dataset(tmp_path, name, 2, 1)
-    names, splits = load_source(name, str(tmp_path), tmp_path / "cache")
+    names, splits = load_source(name, str(tmp_path))
     assert len(names) == classes and splits["train"][0].shape == (2 * classes, 32, 32, 3)
     assert np.bincount(splits["test"][1], minlength=classes).tolist() == [1] * classes
 
@@ -273,7 +271,7 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     (folder / "test_batch").write_bytes(pickle.dumps({"data": Evil(), "labels": [0]}))
     with pytest.raises(UserError, match="refusing to load builtins.print"):
-        load_source("cifar10", str(tmp_path), tmp_path / "cache")
+        load_source("cifar10", str(tmp_path))
 
 
 def test_read_idx_against_hand_built_bytes(tmp_path):

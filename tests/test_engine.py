@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from helpers import ROOT, prepare
-from itervision.analysis.common import run_overhead, training_speed
 from itervision.data.loaders import train_batches
 from itervision.data.sampler import RepeatedAugmentationSampler
 from itervision.engine.train import curve_steps, train_run
 from itervision.evaluation.evaluate import evaluate_run
-from itervision.layout import prepared_dir, read_resolved
+from itervision.layout import prepared_dir
 from itervision.runs import RunRecord
+from itervision.specs import read_model_spec, read_run_spec
+from itervision.studies.common import run_overhead, training_speed
 
 PY = sys.executable
 
@@ -36,10 +37,9 @@ def same_weights(a, b):
 
 def train_and_evaluate(model, seed, study):
     record = RunRecord(study, "fashion_mnist", model, seed)
-    mj, rj = read_resolved("fashion_mnist", model, "model.json"), read_resolved("fashion_mnist", model, "run.json")
-    log = train_run(record=record, model_cfg=mj["config"], train_cfg=rj["train"],
-                    prepared=prepared_dir("fashion_mnist"), progress=False)
-    return log, evaluate_run(record, mj, rj, prepared_dir("fashion_mnist")), weights(record.path("weights.pt"))
+    spec, run = read_model_spec("fashion_mnist", model), read_run_spec("fashion_mnist", model)
+    log = train_run(record=record, spec=spec, train=run.train, prepared=prepared_dir("fashion_mnist"), progress=False)
+    return log, evaluate_run(record, spec, run, prepared_dir("fashion_mnist")), weights(record.path("weights.pt"))
 
 
 @pytest.fixture
@@ -137,8 +137,8 @@ def test_a_completed_run_leaves_no_checkpoint(repo):
     assert {p.name for p in run.iterdir()} == {"config.json", "weights.pt", "train_log.json", "predictions.npz",
                                                "metrics.json"}
     config = json.loads((run / "config.json").read_text())
-    assert config["config"]["attention"] == "dense" and config["train"]["batch_size"] == 8
-    assert len(config["data"]["fingerprint"]) == 16 and len(config["code"]) == 16
+    assert config["config"]["attention"] == "dense" and config["train"]["global_batch"] == 8
+    assert len(config["data"]["fingerprint"]) == 16 and len(config["fingerprint"]) == 16
 
 
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -152,15 +152,60 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
     assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0/weights.pt").exists()
 
 
-def test_torchrun_two_cpu_processes(repo):
+def test_one_and_two_processes_train_the_same_recipe(repo, tmp_path):
+    """The global batch rule: under torchrun (gloo) with 2 processes each takes half of train.global_batch, so the
+    images per optimiser step, the steps and the learning rate of every step equal those of one process."""
+    run = ["stages/run.py", "--study", "sparseformer", "--dataset", "fashion_mnist", "--model", "sf-recurrent",
+           "--seed", "0", "--quiet"]
     launcher = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    r = run_py(repo, str(ROOT / "stages/run.py"), "--study", "sparseformer", "--dataset", "fashion_mnist", "--model",
-               "sf-recurrent", "--seed", "0", "--quiet", launcher=launcher, env={"OMP_NUM_THREADS": "1"})
+    r = run_py(repo, *[str(ROOT / run[0])] + run[1:], launcher=launcher, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     out = repo / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0"
-    log = json.loads((out / "train_log.json").read_text())
-    assert log["world_size"] == 2 and log["steps_per_epoch"] == 160 // 2 // 8 and log["global_batch"] == 16
+    two = json.loads((out / "train_log.json").read_text())
     assert (out / "metrics.json").exists() and (out / "predictions.npz").exists()
+    single = tmp_path / "single"
+    prepare(single)
+    r = run_py(single, *[str(ROOT / run[0])] + run[1:])
+    assert r.returncode == 0, r.stderr[-3000:]
+    one = json.loads((single / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0/train_log.json").read_text())
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    assert one["global_batch"] == two["global_batch"] == 8
+    assert (one["per_process_batch"], two["per_process_batch"]) == (8, 4)
+    assert one["steps_per_epoch"] == two["steps_per_epoch"] == 160 // 8 and one["images_seen"] == two["images_seen"]
+    assert [r["lr"] for r in one["log"]] == [r["lr"] for r in two["log"]]
+    assert [r["images"] for r in one["log"]] == [r["images"] for r in two["log"]] == [160, 160]
+
+
+def test_a_global_batch_the_world_does_not_divide_is_one_line(repo):
+    r = run_py(repo, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
+               "sa-mlp", "--seed", "0", "--quiet", launcher=[PY, "-m", "torch.distributed.run", "--standalone",
+                                                             "--nproc_per_node=3"], env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode != 0
+    assert "train.global_batch 8 is not divisible by the 3 processes of this run" in r.stderr + r.stdout
+    assert not (repo / "runs/recursive/fashion_mnist/sa-mlp/seed0").exists()
+
+
+def test_micro_batches_accumulate_to_the_same_step(repo):
+    """micro_batch splits a process's share into accumulation steps: one optimiser step over 2 micro-batches of 4
+    equals one over the whole 8 (a model without BatchNorm and without drop path: nothing else sees the split)."""
+    import dataclasses
+
+    from itervision.engine.train import set_up, train_step
+
+    spec = read_model_spec("fashion_mnist", "sf-static-9")
+    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, drop_path=0.0))
+    params = {}
+    for micro in (None, 4):
+        train = dataclasses.replace(read_run_spec("fashion_mnist", "sf-static-9").train, micro_batch=micro)
+        record = RunRecord("sparseformer", "fashion_mnist", "sf-static-9", 0)
+        s = set_up(record, spec, train, prepared_dir("fashion_mnist"))
+        assert s.accumulation == (1 if micro is None else 2)
+        _, img, target = next(iter(s.batches.epoch(0)))
+        logged = train_step(s, img, target, 0, 0, 0)
+        params[micro] = ([p.grad.clone() for p in s.model.parameters()], logged)
+    for a, b in zip(params[None][0], params[4][0]):  # the accumulated gradient the optimiser stepped with
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(params[None][1], params[4][1], rtol=1e-5, atol=1e-6)
 
 
 def test_encoder_only_baseline_trains_and_evaluates(repo):
@@ -183,8 +228,10 @@ def test_sampler_order_is_set_by_seed_and_ranks_partition_the_draws():
 
 
 def test_batches_are_a_pure_function_of_seed_epoch_and_batch(repo):
-    train = {**read_resolved("fashion_mnist", "sa-mlp", "run.json")["train"], "crop_scale": [0.5, 1.0], "crop_pad": 2,
-             "hflip": 0.5, "random_erasing": 0.5}
+    import dataclasses
+
+    train = dataclasses.replace(read_run_spec("fashion_mnist", "sa-mlp").train, crop_scale=[0.5, 1.0], crop_pad=2,
+                                hflip=0.5, random_erasing=0.5)
     first = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)
     second = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)  # another variant, same seed
     torch.manual_seed(99)

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from itervision.analysis.sparseformer import choose_for_budget, choose_for_target
+from itervision.evaluation.early_exit import choose_for_budget, choose_for_target, exact_sweep, sweep
 from itervision.stats import cost_to_reach, interpolate_log_cost, mean_band, monotone_envelope, shared_log_grid
 
 
@@ -57,9 +57,48 @@ def test_shared_grid_and_pointwise_band():
 
 
 def test_threshold_choice_on_calibration_rows():
-    rows = [{"threshold": t, "mean_cost": c, "accuracy": a}
-            for t, c, a in [(0.0, 1.0, 0.70), (0.5, 1.5, 0.78), (0.8, 2.0, 0.80), (0.9, 2.5, 0.80), (1.0, 3.0, 0.82)]]
+    rows = {"threshold": np.array([0.0, 0.5, 0.8, 0.9, 1.0]), "cost": np.array([1.0, 1.5, 2.0, 2.5, 3.0]),
+            "accuracy": np.array([0.70, 0.78, 0.80, 0.80, 0.82])}
     assert choose_for_budget(rows, 2.6) == 2  # best accuracy within budget, cheapest on ties
     assert choose_for_budget(rows, 0.5) is None
     assert choose_for_target(rows, 0.79) == 2
     assert choose_for_target(rows, 0.9) is None
+
+
+def test_exact_sweep_equals_applying_every_threshold_by_brute_force():
+    """Every distinct confidence (and +inf) is an operating point; accuracy, mean cost and the exit histogram at
+    each equal the first-confident-exit rule applied directly."""
+    rng = np.random.default_rng(0)
+    n, exits = 300, 3
+    probs = np.round(rng.uniform(0.2, 1.0, (n, exits)), 2)  # rounded: many ties between images and exits
+    label = rng.integers(0, 5, n)
+    pred = np.where(rng.uniform(size=(n, exits)) < probs, label[:, None], (label[:, None] + 1) % 5)
+    costs = [1.0, 2.5, 4.0]
+    sw = exact_sweep(pred, probs, label, costs)
+    assert np.isinf(sw["threshold"][-1]) and np.all(np.diff(sw["threshold"]) > 0)
+    assert set(sw["threshold"][:-1]) == set(np.unique(probs[:, :-1]))
+    brute = sweep(pred, probs, label, costs, thresholds=sw["threshold"])
+    np.testing.assert_allclose(sw["accuracy"], [r["accuracy"] for r in brute], atol=1e-12)
+    np.testing.assert_allclose(sw["cost"], [r["mean_cost"] for r in brute], atol=1e-12)
+    assert sw["histogram"].tolist() == [r["exit_histogram"] for r in brute]
+    assert sw["histogram"][-1].tolist() == [0, 0, n]  # +inf: every image runs every exit
+    # no threshold between two candidates changes anything
+    mid = (sw["threshold"][3] + sw["threshold"][4]) / 2
+    assert sweep(pred, probs, label, costs, thresholds=[mid])[0]["accuracy"] == sw["accuracy"][4]
+
+
+def test_the_exact_search_spends_a_budget_up_to_its_limit():
+    """A coarse grid leaves budget unspent; the exact search has operating points up to the limit, and its choice is
+    at least as accurate as any grid point within the budget."""
+    rng = np.random.default_rng(1)
+    probs = rng.uniform(0.3, 1.0, (500, 3))
+    label = np.zeros(500, int)
+    pred = np.where(rng.uniform(size=(500, 3)) < [0.6, 0.75, 0.9], 0, 1)
+    sw = exact_sweep(pred, probs, label, [1.0, 2.0, 3.0])
+    budget = 1.8
+    i = choose_for_budget(sw, budget)
+    coarse = sweep(pred, probs, label, [1.0, 2.0, 3.0], thresholds=np.linspace(0, 1, 17))
+    feasible = [r for r in coarse if r["mean_cost"] <= budget]
+    assert sw["cost"][i] <= budget and sw["accuracy"][i] >= max(r["accuracy"] for r in feasible)
+    spent = sw["cost"][sw["cost"] <= budget].max()
+    assert max(r["mean_cost"] for r in feasible) < spent and spent > budget - 2.0 / 500  # one image's step

@@ -22,13 +22,12 @@ TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node
 
 def reduced_overlay() -> dict:
     raw = render_scale("paper-smoke", ROOT)
-    raw["subset"]["datasets"] = ["cifar10", "imagenet100"]
     raw["recursive"].update(datasets=["cifar10"], main=["sa-mlp", "dsa-moe"], ablations=[], ablation_datasets=[],
                             k_ablation=[], depth_ablation=[], embedding_ablation=[])
     raw["sparseformer"].update(datasets=["imagenet100"], ablation_datasets=["imagenet100"],
                                main=["sf-static-9", "sf-recurrent"], ablations=["sf-recurrent-nomem"],
                                static=["sf-static-9"], budget_models=["sf-static-9"], target_model="sf-static-9")
-    raw["data"]["roots"] = {"cifar10": "synthetic/cifar10", "imagenet": "synthetic/imagenet"}
+    raw["data"]["sources"] = {"cifar10": "synthetic/cifar10", "imagenet100": "synthetic/imagenet"}
     raw["train"]["ema"] = True  # the documents do not say; the paper scale keeps it off, the engine must run it
     check_params(raw)
     return raw

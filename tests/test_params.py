@@ -10,7 +10,7 @@ import yaml
 from helpers import ROOT
 from itervision.errors import UserError
 from itervision.params import check_params, load_params, model_config, train_config
-from itervision.pipeline import resolved_configs
+from itervision.matrix import resolved_configs
 from itervision.scales import render_scale
 
 CPU = yaml.safe_load((ROOT / "configs/scales/cpu.yaml").read_text())
@@ -49,7 +49,10 @@ def test_the_shipped_scales_are_valid():
     ("train.lr", "0.001x", "'train.lr' must be a number, got '0.001x'"),
     ("train.lr", "4e-3", "'train.lr' must be a number, got '4e-3' (YAML reads 4e-3 as text: write 4.0e-3)"),
     ("train.lr", 0.0, "'train.lr' = 0.0 is out of range: must be > 0"),
-    ("train.batch_size", "256", "'train.batch_size' must be an integer, got '256'"),
+    ("train.global_batch", "256", "'train.global_batch' must be an integer, got '256'"),
+    ("train.threads", 0, "'train.threads' = 0 is out of range: must be in [1, 512]"),
+    ("train.compile", "max", "'train.compile' = 'max' is out of range: must be one of 'none', 'default'"),
+    ("train.micro_batch", 512, "micro_batch 512 exceeds global_batch 256"),
     ("train.crop_scale", "big", "'train.crop_scale' must be a list of numbers, got 'big'"),
     ("train.crop_scale", [0.9, 0.5], "'train.crop_scale' = [0.9, 0.5] is out of range: must be [low, high]"),
     ("train.hflip", 1.5, "'train.hflip' = 1.5 is out of range: must be in [0, 1]"),
@@ -85,8 +88,12 @@ def test_the_shipped_scales_are_valid():
     ("sparseformer.static", ["sf-static-9", "sf-static-16", "sf-static-25", "sf-recurrent"],
      "names 'sf-recurrent', which has several rounds"),
     ("recursive.train", {"epoch": 3}, "unknown key 'recursive.train.epoch'"),
-    ("subset.datasets", ["fashion_mnist", "mnist"], "names 'mnist' without an entry under subset.torchvision"),
-    ("data.roots", {"fashion": "/x"}, "'data.roots' = {'fashion': '/x'} is out of range: must be keys among"),
+    ("data.sources", {"fashion_mnist": "/x", "mnist": "/y"}, "names 'mnist' without an entry under subset.torchvision"),
+    ("data.sources", {"../../escaped": "/x"}, "'data.sources' = {'../../escaped': '/x'} is out of range: must be a "
+                                              "non-empty mapping of dataset names"),
+    ("models.sa-mlp.moe_kernel", "fast", "'models.sa-mlp (on fashion_mnist).moe_kernel' = 'fast' is out of range"),
+    ("architectures.recursive.topk", None,
+     "'models.dsa-moe (on fashion_mnist).topk' is null (needed with attention: dsa)"),
     ("trian", {}, "unknown params group 'trian'"),
     ("evaluate", KeyError, "params group 'evaluate' is missing"),
 ])
@@ -126,8 +133,8 @@ def test_study_train_keys_and_by_dataset_layer_on_the_train_group():
     raw["train"]["by_dataset"] = {"fashion_mnist": {"lr": 1.0e-3}}
     p = check_params(raw)
     sf, rec = train_config(p, "fashion_mnist", "sparseformer"), train_config(p, "fashion_mnist", "recursive")
-    assert sf["steps_per_epoch"] == 7 and rec["steps_per_epoch"] == CPU["train"]["steps_per_epoch"]
-    assert sf["lr"] == rec["lr"] == 1.0e-3
+    assert sf.steps_per_epoch == 7 and rec.steps_per_epoch == CPU["train"]["steps_per_epoch"]
+    assert sf.lr == rec.lr == 1.0e-3
 
 
 def test_load_params_names_a_missing_or_broken_file(tmp_path):

@@ -52,8 +52,9 @@ def test_dsa_equals_dense_multi_query_attention_when_L_le_k():
     att = RecursiveAttention(16, 2, "dsa", topk=6).eval()
     x = torch.randn(4, 5, 16)  # L = 5 <= k
     out, _ = att(x)
-    q = att.q(x).view(4, 5, 2, 8).transpose(1, 2)
-    k, v = att.k(x)[:, None], att.v(x)[:, None]  # one shared head
+    q, k, v = att.qkv(x).split((16, 8, 8), -1)
+    q = q.view(4, 5, 2, 8).transpose(1, 2)
+    k, v = k[:, None], v[:, None]  # one shared head
     dense = F.scaled_dot_product_attention(q, k.expand(-1, 2, -1, -1), v.expand(-1, 2, -1, -1))
     ref = att.proj(dense.transpose(1, 2).reshape(4, 5, 16))
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
@@ -68,8 +69,8 @@ def test_dsa_uses_exactly_k_keys_the_indexer_ranks_highest(kernel):
     att(x, trace)
     attn = trace["attn"][0]  # B L L, head-averaged, zero off the selection
     assert ((attn > 0).sum(-1) == 3).all()
-    q = att.q(x).view(2, 7, 2, 8).mean(2)
-    index = q @ att.k(x).transpose(-2, -1)
+    q, k, _ = att.qkv(x).split((16, 8, 8), -1)
+    index = q.view(2, 7, 2, 8).mean(2) @ k.transpose(-2, -1)
     expected = index.topk(3, -1).indices.sort(-1).values
     chosen = (attn > 0).nonzero()[:, 2].view(2, 7, 3).sort(-1).values
     assert torch.equal(chosen, expected)
@@ -115,7 +116,7 @@ def test_moe_matches_a_hand_computed_mixture_of_its_top_m_experts():
     for i in range(5):
         w, idx = probs[i].topk(2)
         w = w / w.sum()
-        hand = sum(w[j] * (F.gelu(x[i] @ moe.w1[idx[j]] + moe.b1[idx[j]]) @ moe.w2[idx[j]] + moe.b2[idx[j]])
+        hand = sum(w[j] * (F.gelu(moe.w1[idx[j]] @ x[i] + moe.b1[idx[j]]) @ moe.w2[idx[j]] + moe.b2[idx[j]])
                    for j in range(2))
         torch.testing.assert_close(out[i], hand, rtol=1e-5, atol=1e-6)
 
@@ -129,6 +130,9 @@ def test_moe_batched_dispatch_equals_the_per_expert_products():
     torch.testing.assert_close(traced_call(lambda t: moe(t)[0], moe, x), batched, rtol=1e-5, atol=1e-6)
     counts = torch.bincount(moe.route(x.reshape(-1, 8))[2].flatten(), minlength=4)
     assert int(counts.sum()) == 2 * 11 * 2  # every token assigned to exactly m = 2 experts
+    trace = {}
+    moe(x, trace)
+    assert trace["expert_counts"][0].tolist() == counts.float().tolist()  # counted on the device, no bincount
 
 
 def test_moe_batched_dispatch_gradients_equal_the_per_expert_loop():
@@ -189,7 +193,8 @@ def test_gradients_reach_indexer_router_experts_and_encoder():
     # the indexer has no weights of its own: its scores (head-averaged q . shared k) learn through the KL term
     m = RecursiveClassifier(dataclasses.replace(m.cfg, balance_weight=0.0))
     m(torch.randn(4, 1, 16, 16))["aux_loss"].backward()
-    assert m.blocks[0].attn.q.weight.grad.abs().sum() > 0 and m.blocks[0].attn.k.weight.grad.abs().sum() > 0
+    grad = m.blocks[0].attn.qkv.weight.grad
+    assert grad[:16].abs().sum() > 0 and grad[16:24].abs().sum() > 0  # query and shared key rows
 
 
 @pytest.mark.parametrize("embedding", ["hard", "soft"])
@@ -279,18 +284,21 @@ def test_same_seed_same_model_and_outputs():
 
 
 def test_a_config_resolved_by_older_code_fails_with_a_one_line_fix():
-    """A resolved config missing a key this code needs (or carrying one it does not know) is an error that
-    says to regenerate configs/resolved, not a TypeError from the dataclass."""
+    """A resolved config missing a key this code needs (or carrying one it does not know, or a value the schema
+    refuses) is an error that says to regenerate configs/resolved, not a TypeError from the dataclass: a config
+    read back from JSON is checked exactly like one from params.yaml."""
     from itervision.errors import UserError
-    from itervision.models.registry import build_model
+    from itervision.models.registry import build_model, config_from_dict
 
     cfg = {"family": "recursive", **{k: v for k, v in dataclasses.asdict(rec_config()).items()
                                      if k not in ("num_classes", "in_chans")}}
-    assert build_model(cfg, 5, 1).num_exits == 5
+    assert build_model(config_from_dict(cfg, 5, 1)).num_exits == 5
     stale = {k: v for k, v in cfg.items() if k != "experts"}
-    with pytest.raises(UserError, match=r"lacks \['experts'\].*rerun `dvc repro`"):
-        build_model(stale, 5, 1)
+    with pytest.raises(UserError, match=r"lacks \['experts'\].*rerun `dvc repro configure`"):
+        config_from_dict(stale, 5, 1)
     with pytest.raises(UserError, match=r"unknown keys \['width'\]"):
-        build_model({**cfg, "width": 3}, 5, 1)
+        config_from_dict({**cfg, "width": 3}, 5, 1)
     with pytest.raises(UserError, match="unknown model family 'vit'"):
-        build_model({**cfg, "family": "vit"}, 5, 1)
+        config_from_dict({**cfg, "family": "vit"}, 5, 1)
+    with pytest.raises(UserError, match=r"topk' = 0 is out of range.*rerun `dvc repro configure`"):
+        config_from_dict({**cfg, "topk": 0}, 5, 1)

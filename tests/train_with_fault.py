@@ -10,8 +10,9 @@ import torch
 
 from itervision.engine.train import train_run
 from itervision.errors import cli_entry
-from itervision.layout import prepared_dir, read_resolved
+from itervision.layout import prepared_dir
 from itervision.runs import RunRecord
+from itervision.specs import read_model_spec, read_run_spec
 
 
 @cli_entry
@@ -25,10 +26,9 @@ def main():
         return loss * float("nan") if step == at and fault == "nan" else loss
 
     torch.manual_seed(1234)  # anything the caller's generators did before must not matter
-    train_run(record=RunRecord(study, "fashion_mnist", model, seed),
-              model_cfg=read_resolved("fashion_mnist", model, "model.json")["config"],
-              train_cfg=read_resolved("fashion_mnist", model, "run.json")["train"],
-              prepared=prepared_dir("fashion_mnist"), progress=True, step_hook=hook)
+    train_run(record=RunRecord(study, "fashion_mnist", model, seed), spec=read_model_spec("fashion_mnist", model),
+              train=read_run_spec("fashion_mnist", model).train, prepared=prepared_dir("fashion_mnist"), progress=True,
+              step_hook=hook)
 
 
 if __name__ == "__main__":

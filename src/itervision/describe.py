@@ -11,11 +11,12 @@ import argparse
 import json
 import sys
 
-from itervision.errors import cli_entry
+from itervision.errors import ArgumentParser, cli_entry
 from itervision.evaluation.costs import model_costs
+from itervision.layout import reference_csv
+from itervision.matrix import model_datasets, model_spec
 from itervision.models.registry import build_model
 from itervision.params import Params, check_params, load_params, model_config
-from itervision.pipeline import dataset_shape, model_datasets
 from itervision.reporting.tables import load_reference
 from itervision.scales import render_scale
 
@@ -23,23 +24,20 @@ from itervision.scales import render_scale
 def describe_model(p: Params, model: str, dataset: str | None = None, fvcore: bool = True) -> dict:
     model_config(p, model)  # an unknown model fails here, naming the known ones
     dataset = dataset or model_datasets(p, model)[0]
-    classes, chans = dataset_shape(p, dataset)
-    cfg = model_config(p, model, dataset)
-    out = {"model": model, "dataset": dataset, "config": cfg}
-    out.update(model_costs(build_model(cfg, classes, chans), fvcore=fvcore))
+    spec = model_spec(p, model, dataset)
+    out = {"model": model, "dataset": dataset, "config": spec.to_json()["config"]}
+    out.update(model_costs(build_model(spec.config), fvcore=fvcore))
     return out
 
 
 def published(report: dict) -> dict:
     """Published figures for the same model and dataset, where the documents give them."""
-    from pathlib import Path
-
     if report["family"] != "sparseformer":
-        ref = load_reference(Path("data/reference/recursive.csv"))
+        ref = load_reference(reference_csv("recursive"))
         name = report["model"]
         return {k: ref[("all", name, k)] for k in ("stored_params", "active_params", "block_mac_ratio")
                 if ("all", name, k) in ref}
-    ref = load_reference(Path("data/reference/sparseformer.csv"))
+    ref = load_reference(reference_csv("sparseformer"))
     rounds = report["config"]["rounds"]
     ds = report["dataset"]
     if len(rounds) == 1:
@@ -51,7 +49,7 @@ def published(report: dict) -> dict:
 
 @cli_entry
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m itervision.describe", description=__doc__,
+    ap = ArgumentParser(prog="python -m itervision.describe", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a name under `models`, e.g. dsa-moe or sf-recurrent")
     ap.add_argument("--scale", help="cpu, paper or tiny (configs/scales); default: params.yaml as it is")

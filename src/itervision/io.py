@@ -52,6 +52,19 @@ def write_text(path, text: str) -> None:
         tmp.write_text(text)
 
 
+def save_torch(path, obj) -> None:
+    """torch.save, atomically, through a Python file object, so a failed write is an OSError with its real cause
+    (disk full, file-size limit) naming the file, which the commands turn into one line."""
+    import torch
+
+    with atomic_path(path) as tmp:
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(obj, f)
+        except RuntimeError as err:  # torch's zip writer may still report a failed write as a RuntimeError
+            raise OSError(28, f"writing failed: {str(err).splitlines()[0][:160]}", str(path)) from None
+
+
 def write_json(path, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 
@@ -102,9 +115,36 @@ def read_json(path):
         return json.load(f)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a mapping repeating a key is an error (PyYAML keeps the last value silently;
+    DVC's parser refuses the file, so the two would read different params)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str, source: str):
+    """Parse YAML text safely (plain data only, repeated keys refused); a problem is one UserError line naming
+    `source` and the line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        what = getattr(err, "problem", None) or "invalid syntax"
+        raise UserError(f"{source} is not valid YAML{where}: {what}; fix it") from None
+
+
 def read_yaml(path):
     with open(path) as f:
-        return yaml.safe_load(f)
+        return load_yaml(f.read(), str(path))
 
 
 def write_yaml(path, obj) -> None:

@@ -1,51 +1,55 @@
 """params.yaml: one typed schema per group, checked once at load time, before any data is read.
 
 `load_params()` returns a `Params` whose groups are frozen dataclasses. Every problem is one line naming the
-key, the value and what is allowed: unknown keys, wrong types, values out of range, duplicate seeds, an
-ablation seed list that is not a prefix of `seeds`, a study naming a model that does not exist, a target
-model that is not a static model. Model configurations are resolved and checked for every dataset they run
-on, so a bad architecture key fails here too, not after other runs have trained.
+key, the value and what is allowed: unknown keys, repeated keys, wrong types, values out of range, names that
+cannot be folder names, duplicate or out-of-range seeds, an ablation seed list that is not a prefix of `seeds`,
+a study naming a model that does not exist. Model configurations are resolved and checked for every dataset
+they run on, so a bad architecture key fails here too, not after other runs have trained. Stage configure
+runs this check and depends on the whole of params.yaml, so it fails before any run stage whatever changed.
 
 A model is `architectures[models.NAME.arch]`, its `by_dataset.<dataset>` entry, then the model's own keys
-(one level). The result keeps only the keys its family reads (see models/configs.py).
+(one level). The result keeps only the keys its family reads (see models/configs.py). The study groups are the
+studies' own schemas (studies/); `train`, `evaluate` and `profile` are the run's (run_configs.py).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from itervision.data.registry import DATASETS, ROOT_KEYS
+from itervision.data.registry import DATASETS
 from itervision.errors import UserError
+from itervision.io import load_yaml
 from itervision.models.configs import FAMILY_CONFIGS
+from itervision.names import NAME_RULE, is_name
+from itervision.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
 from itervision.schema import as_dict, key, parse
+from itervision.studies import STUDIES
 
 DEFAULT_PARAMS = "params.yaml"
-STUDIES = ("recursive", "sparseformer")
-_RANDAUGMENT = re.compile(r"^rand(-(m\d+|n\d+|mstd\d+(\.\d+)?|mmax\d+|inc[01]|p\d*\.?\d+))*$")
-
-
-def _randaugment_ok(s: str) -> bool:
-    return s == "" or bool(_RANDAUGMENT.match(s))
+MAX_SEED = 2 ** 31 - 1      # numpy's and torch's seeding take any seed below this on every platform
+MAX_SEEDS = 64              # per list: each seed is a DVC stage per model, and DVC slows with the stage count
+MAX_RUNS = 2000             # training runs of one params file (the paper campaign has 185)
 
 
 def _all_or_count(v) -> bool:
     return v == "all" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
+def _names(value) -> bool:
+    items = value if isinstance(value, (list, tuple)) else list(value) if isinstance(value, dict) else [value]
+    return all(is_name(v) for v in items)
+
+
 # ---------------------------------------------------------------------------------------------- groups
 
 @dataclass(frozen=True, kw_only=True)
 class DataParams:
-    cache_root: str = key(doc="where source files are staged or downloaded")
-    download: bool = key(default=False)
-    roots: dict[str, str | None] = key(default={}, pattern=lambda r: set(r) <= set(ROOT_KEYS),
-                                       hint=f"keys among {', '.join(ROOT_KEYS)}")
+    sources: dict[str, str] = key(pattern=lambda s: len(s) > 0 and _names(s),
+                                  hint=f"a non-empty mapping of dataset names ({NAME_RULE}) to folders",
+                                  doc="the prepared datasets and the folder each is read from (a DVC dependency)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,79 +71,17 @@ class ImagenetSubset:
 
 @dataclass(frozen=True, kw_only=True)
 class SubsetParams:
-    seed: int = key(0)
-    datasets: list[str] = key(pattern=lambda d: len(set(d)) == len(d) and len(d) > 0, hint="non-empty, no repeats")
+    seed: int = key(0, 2 ** 32 - 1)
     max_bad_fraction: float = key(0, 1)
     workers: int = key(1)
     torchvision: dict[str, TorchvisionSubset] = key(default={})
-    imagenet: dict[str, ImagenetSubset] = key(default={})
+    imagenet: dict[str, ImagenetSubset] = key(default={}, pattern=_names, hint=f"dataset names ({NAME_RULE})")
 
     def check(self):
         for name in self.torchvision:
             if DATASETS.get(name) is None or DATASETS[name].source != "torchvision":
                 raise ValueError(f"subset.torchvision.{name} is not a torchvision dataset; known: "
                                  + ", ".join(n for n, f in DATASETS.items() if f.source == "torchvision"))
-        for name in self.datasets:
-            if name not in self.torchvision and name not in self.imagenet:
-                raise ValueError(f"subset.datasets names '{name}' without an entry under subset.torchvision or "
-                                 f"subset.imagenet")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecursiveStudy:
-    datasets: list[str] = key()
-    main: list[str] = key(doc="run with every seed")
-    ablations: list[str] = key(default=[], doc="run with ablation_seeds on ablation_datasets")
-    ablation_datasets: list[str] = key(default=[])
-    baseline: str = key(doc="table 1 differences are to this model")
-    reference: str = key(doc="the model every ablation is compared with (a main model)")
-    k_ablation: list[str] = key(default=[])
-    depth_ablation: list[str] = key(default=[])
-    embedding_ablation: list[str] = key(default=[])
-    train: dict[str, Any] = key(default={}, doc="train keys for this study's runs, on top of the train group")
-
-    def check(self):
-        if self.baseline not in self.main:
-            raise ValueError(f"recursive.baseline '{self.baseline}' must be one of recursive.main")
-        if self.reference not in self.main:
-            raise ValueError(f"recursive.reference '{self.reference}' must be one of recursive.main")
-        for name in ("k_ablation", "depth_ablation", "embedding_ablation"):
-            models = getattr(self, name)
-            extra = [m for m in models if m not in self.main + self.ablations]
-            if extra:
-                raise ValueError(f"recursive.{name} names '{extra[0]}', which is in neither recursive.main nor "
-                                 f"recursive.ablations")
-            if models and self.reference not in models:
-                raise ValueError(f"recursive.{name} must include the reference model '{self.reference}'")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SparseFormerStudy:
-    datasets: list[str] = key()
-    main: list[str] = key()
-    ablations: list[str] = key(default=[])
-    ablation_datasets: list[str] = key(default=[])
-    static: list[str] = key(doc="static (one-round) models, drawn as points")
-    recurrent: str = key()
-    no_memory: str = key()
-    budget_models: list[str] = key(doc="early exit is compared at the cost of each")
-    target_model: str = key(doc="'compute needed to reach this model's accuracy'")
-    frontier_points: int = key(2)
-    train: dict[str, Any] = key(default={}, doc="train keys for this study's runs, on top of the train group")
-
-    def check(self):
-        both = self.main + self.ablations
-        if self.recurrent not in self.main:
-            raise ValueError(f"sparseformer.recurrent '{self.recurrent}' must be one of sparseformer.main")
-        for name, models in (("static", self.static), ("no_memory", [self.no_memory])):
-            extra = [m for m in models if m not in both]
-            if extra:
-                raise ValueError(f"sparseformer.{name} names '{extra[0]}', which is in neither main nor ablations")
-        bad = [m for m in self.budget_models if m not in self.static]
-        if bad:
-            raise ValueError(f"sparseformer.budget_models names '{bad[0]}', which is not in sparseformer.static")
-        if self.target_model not in self.static:
-            raise ValueError(f"sparseformer.target_model '{self.target_model}' is not in sparseformer.static")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,60 +90,9 @@ class RunParams:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainParams:
-    """The recipe of stage run (train), shared by every model; `by_dataset` entries override keys per dataset."""
-    epochs: int = key(1)
-    steps_per_epoch: int | None = key(1, default=None, doc="cap on optimiser steps per epoch (null = the whole "
-                                                           "training split)")
-    batch_size: int = key(2, doc="per process")
-    lr: float = key(0, open_lo=True, doc="peak lr at lr_batch, scaled linearly with the global batch")
-    lr_batch: int = key(1)
-    min_lr: float = key(0)
-    warmup_epochs: float = key(0)
-    warmup_lr: float = key(0)
-    weight_decay: float = key(0)
-    randaugment: str = key(pattern=_randaugment_ok, hint="'' (off) or a timm string such as rand-m9-n2-mstd0.5")
-    crop_scale: list[float] = key(0, 1, open_lo=True, pattern=lambda s: len(s) == 2 and s[0] <= s[1],
-                                  hint="[low, high] with 0 < low <= high <= 1")
-    crop_pad: int = key(0, doc="pad-and-crop translation in pixels (tensor data path)")
-    hflip: float = key(0, 1)
-    interpolation: str = key(choices=("bilinear", "bicubic"))
-    mixup: float = key(0)
-    cutmix: float = key(0)
-    mix_prob: float = key(0, 1)
-    label_smoothing: float = key(0, 1)
-    random_erasing: float = key(0, 1)
-    repeated_aug: int = key(1)
-    clip_grad: float = key(0)
-    amp: str = key(choices=("none", "bf16", "fp16"))
-    ema: bool = key()
-    ema_decay: float = key(0, 1, open_lo=True)
-    workers: int = key(0, default=0, doc="loader processes for image folders")
-    threads: int = key(0, default=0, doc="torch threads (0 = torch's default)")
-    curve_points: int = key(0, doc="learning-curve evaluations during training (the final one is separate)")
-    curve_images: int = key(1, doc="images of the calib and of the test split scored at each curve point")
+class TrainParams(TrainConfig):
+    """The train group: the recipe, and `by_dataset` entries that override keys per dataset."""
     by_dataset: dict[str, dict[str, Any]] = key(default={})
-
-    def check(self):
-        if (self.mixup > 0 or self.cutmix > 0) and self.batch_size % 2:
-            raise ValueError(f"train.batch_size {self.batch_size} must be even with mixup/cutmix (pairs images "
-                             f"within a batch)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class EvaluateParams:
-    """Stage run (prediction at every exit after training)."""
-    batch_size: int = key(1)
-    trace_images: int = key(1, doc="test images traced for the recursive tables (sparsity, experts, roles)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfileParams:
-    """Stage profile (per model, not per seed): FLOPs and wall-clock per exit."""
-    timing_batch: int = key(1)
-    timing_warmup: int = key(0)
-    timing_repeats: int = key(1)
-    latency_repeats: int = key(1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,36 +109,35 @@ class Params:
     subset: SubsetParams
     seeds: list
     ablation_seeds: list
-    recursive: RecursiveStudy
-    sparseformer: SparseFormerStudy
+    studies: dict            # study name -> its params group (a StudyParams subclass)
     run: RunParams
     train: TrainParams
-    evaluate: EvaluateParams
-    profile: ProfileParams
+    evaluate: EvaluateConfig
+    profile: ProfileConfig
     report: ReportParams
     raw: dict = dataclasses.field(repr=False)
 
     def study(self, name: str):
-        return getattr(self, name)
+        return self.studies[name]
+
+    @property
+    def datasets(self) -> list[str]:
+        """The prepared datasets (data.sources, in order): one make_subset stage each."""
+        return list(self.data.sources)
 
 
-GROUPS = {"data": DataParams, "subset": SubsetParams, "recursive": RecursiveStudy,
-          "sparseformer": SparseFormerStudy, "run": RunParams, "train": TrainParams, "evaluate": EvaluateParams,
-          "profile": ProfileParams, "report": ReportParams}
-TOP_LEVEL = set(GROUPS) | {"scale", "seeds", "ablation_seeds", "architectures", "models"}
+GROUPS = {"data": DataParams, "subset": SubsetParams, "run": RunParams, "train": TrainParams,
+          "evaluate": EvaluateConfig, "profile": ProfileConfig, "report": ReportParams}
+TOP_LEVEL = set(GROUPS) | set(STUDIES) | {"scale", "seeds", "ablation_seeds", "architectures", "models"}
 
 
 def read_yaml_mapping(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise UserError(f"params file {path} not found; run from the repository root or pass --params PATH")
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"params file {path} is not valid YAML{where}; fix the syntax") from None
+    if path.is_dir():
+        raise UserError(f"params file {path} is a folder; pass a YAML file")
+    data = load_yaml(path.read_text(), f"params file {path}")
     if not isinstance(data, dict):
         raise UserError(f"params file {path} must be a mapping of groups, got {type(data).__name__}")
     return data
@@ -259,10 +149,13 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
 
 def _seed_list(raw, name: str) -> list:
     if not isinstance(raw, list) or not raw:
-        raise UserError(f"params key '{name}' must be a non-empty list of integers, got {raw!r}")
+        raise UserError(f"params key '{name}' must be a non-empty list of integers, got {raw!r}"[:300])
+    if len(raw) > MAX_SEEDS:
+        raise UserError(f"params key '{name}' lists {len(raw)} seeds; at most {MAX_SEEDS} (every seed adds a DVC "
+                        f"stage per model); run a larger study in several campaigns")
     for s in raw:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise UserError(f"params key '{name}' holds {s!r}; seeds are integers >= 0")
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
+            raise UserError(f"params key '{name}' holds {s!r}; seeds are integers in [0, {MAX_SEED}]")
     dup = sorted({s for s in raw if raw.count(s) > 1})
     if dup:
         raise UserError(f"params key '{name}' repeats seed {dup[0]}; each seed once (a repeat would count one run "
@@ -279,6 +172,7 @@ def check_params(raw: dict) -> Params:
         if name not in raw:
             raise UserError(f"params group '{name}' is missing; add it to params.yaml")
     groups = {name: parse(cls, raw[name], name) for name, cls in GROUPS.items()}
+    studies = {name: parse(s.schema, raw[name], name) for name, s in STUDIES.items()}
     seeds = _seed_list(raw["seeds"], "seeds")
     abl = _seed_list(raw["ablation_seeds"], "ablation_seeds")
     if abl != seeds[: len(abl)]:
@@ -287,50 +181,63 @@ def check_params(raw: dict) -> Params:
     scale = raw.get("scale", "custom")
     if not isinstance(scale, str):
         raise UserError(f"params key 'scale' must be a string, got {scale!r}")
-    p = Params(scale=scale, seeds=seeds, ablation_seeds=abl, raw=raw, **groups)
+    p = Params(scale=scale, seeds=seeds, ablation_seeds=abl, studies=studies, raw=raw, **groups)
+    _check_datasets(p)
     _check_models(p)
     return p
+
+
+def _check_datasets(p: Params) -> None:
+    for ds in p.datasets:
+        if ds not in p.subset.torchvision and ds not in p.subset.imagenet:
+            raise UserError(f"data.sources names '{ds}' without an entry under subset.torchvision or subset.imagenet; "
+                            f"add one (how to subset it)")
 
 
 def _check_models(p: Params) -> None:
     models = p.raw["models"]
     if not isinstance(models, dict) or not models:
         raise UserError("params group 'models' must be a mapping of model names to their keys")
+    bad = [m for m in models if not is_name(m)]
+    if bad:
+        raise UserError(f"model name {bad[0]!r} under `models` is not a valid name ({NAME_RULE}); rename it")
     archs = p.raw["architectures"]
     if not isinstance(archs, dict) or not archs:
         raise UserError("params group 'architectures' must be a mapping of architecture names to their keys")
-    train_datasets = set(p.subset.datasets)
     for ds in p.train.by_dataset:
-        parse(TrainParams, p.train.by_dataset[ds], f"train.by_dataset.{ds}", partial=True)
-    seen = {}
-    for study in STUDIES:
-        s = p.study(study)
-        parse(TrainParams, s.train, f"{study}.train", partial=True)
+        parse(TrainConfig, p.train.by_dataset[ds], f"train.by_dataset.{ds}", partial=True)
+    seen, runs = {}, 0
+    for study, s in p.studies.items():
+        parse(TrainConfig, s.train, f"{study}.train", partial=True)
         if s.ablations and not s.ablation_datasets:
             raise UserError(f"{study}.ablation_datasets is empty while {study}.ablations lists models; name the "
                             f"datasets the ablations run on")
         for ds in s.datasets + s.ablation_datasets:
-            if ds not in train_datasets:
-                raise UserError(f"{study} uses dataset '{ds}', which subset.datasets does not prepare; add it there")
+            if ds not in p.datasets:
+                raise UserError(f"{study} uses dataset '{ds}', which data.sources does not prepare; add it there")
         extra = [d for d in s.ablation_datasets if d not in s.datasets]
         if extra:
             raise UserError(f"{study}.ablation_datasets names '{extra[0]}', which is not in {study}.datasets "
                             f"(ablations are compared with main models)")
-        for m in s.main + s.ablations:
-            if m in seen and seen[m] != study:
-                raise UserError(f"model '{m}' is listed by both studies; give each study its own models")
-            seen[m] = study
-            for ds in (s.datasets if m in s.main else s.ablation_datasets):
-                model_config(p, m, ds)
-                train_config(p, ds, study)
         dup = sorted({m for m in s.main + s.ablations if (s.main + s.ablations).count(m) > 1})
         if dup:
             raise UserError(f"{study} lists model '{dup[0]}' twice (main and ablations are disjoint)")
-    if "sparseformer" in seen.values():
-        sf = p.sparseformer
-        for m in sf.static:
-            if len(model_config(p, m, sf.datasets[0])["rounds"]) != 1:
-                raise UserError(f"sparseformer.static names '{m}', which has several rounds")
+        for m in s.main + s.ablations:
+            if m in seen and seen[m] != study:
+                raise UserError(f"model '{m}' is listed by both {seen[m]} and {study}; give each study its own models")
+            seen[m] = study
+            datasets = s.datasets if m in s.main else s.ablation_datasets
+            for ds in datasets:
+                model_config(p, m, ds)
+                train_config(p, ds, study)
+            runs += len(datasets) * len(p.seeds if m in s.main else p.ablation_seeds)
+        try:
+            s.check_models(lambda m, ds: model_config(p, m, ds))
+        except ValueError as err:
+            raise UserError(f"params '{study}': {err}") from None
+    if runs > MAX_RUNS:
+        raise UserError(f"params plan {runs} training runs, above {MAX_RUNS} (one DVC stage each; DVC slows with the "
+                        f"stage count); fewer seeds, models or datasets per campaign")
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -396,17 +303,16 @@ def model_config(p: Params, name: str, dataset: str | None = None) -> dict:
     return out
 
 
-def train_config(p: Params, dataset: str | None = None, study: str | None = None) -> dict:
+def train_config(p: Params, dataset: str | None = None, study: str | None = None) -> TrainConfig:
     """The recipe of a study's runs on a dataset: the train group, the study's `train` keys on top, then the
     train group's `by_dataset.<dataset>` entry; checked."""
     base = dict(p.raw["train"])
     by = base.pop("by_dataset", None) or {}
     merged = deep_merge(base, p.study(study).train if study else {})
     merged = _for_dataset({**merged, "by_dataset": by}, dataset, "train")
+    merged.pop("by_dataset", None)
     where = "train" + (f" ({study} on {dataset})" if study else f" (on {dataset})" if dataset else "")
-    cfg = as_dict(parse(TrainParams, merged, where))
-    cfg.pop("by_dataset")
-    return cfg
+    return parse(TrainConfig, merged, where)
 
 
 def main(argv=None):

@@ -1,10 +1,15 @@
-"""The plan of a scale before anything trains: structure, data roots, and what the campaign will cost.
+"""The plan of a scale before anything trains: structure, data sources, and what the campaign will cost.
 
 * structure: every class list, dataset entry, model and size exists and builds;
-* data roots: each source dataset is found (a warning, not an error: the plan is for budgeting);
-* cost: per planned run, training FLOPs = FLOPs per image x 3 (forward and backward) x images per epoch x
-  epochs, and GPU-hours on an RTX 4090, an A100 and an H100 at one utilisation, calibrated so that the
-  document's recurrent SparseFormer run (ImageNet-200, 200 epochs, 2 RTX 4090s) takes its published 4.8 h;
+* data sources: each dataset's folder is found (a warning, not an error: the plan is for budgeting);
+* cost, per planned (model, dataset): GPU-hours of its runs. Where a GPU benchmark of that GPU exists
+  (benchmarks/results/<gpu>.json, written by `make gpu-benchmark`), from the measured training images/s of that
+  configuration at the per-GPU batch (interpolated in log batch between measured batches, never extrapolated
+  beyond a factor 2; the file and its date are named). Otherwise an *estimate* from FLOPs: training FLOPs =
+  FLOPs per image x 3 (forward and backward) x images per epoch x epochs, at one utilisation of the GPU's peak,
+  calibrated so that the document's recurrent SparseFormer run (ImageNet-200, 200 epochs, 2 RTX 4090s) takes
+  its published 4.8 h. A FLOP model cannot see launch- or sync-bound code, so the measured rate wins wherever
+  one exists, and the table says which one each row used;
 * memory: peak training memory per process at the planned per-process batch, extrapolated from what the
   forward pass saves for backward at two small batches on the CPU (under the planned autocast), plus
   weights, gradients, AdamW moments, EMA and a fixed allowance for the CUDA context; runs that would not fit
@@ -16,19 +21,21 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from itervision.data.registry import DATASETS
 from itervision.errors import UserError
-from itervision.params import STUDIES, Params, model_config, train_config
-from itervision.pipeline import dataset_shape, expected_runs, study_models
+from itervision.matrix import dataset_shape, expected_runs, model_spec, study_models
+from itervision.params import Params, model_config, train_config
 
-# dense bf16 tensor throughput with fp32 accumulation, vendor figures (TFLOP/s)
+# dense bf16 tensor throughput with fp32 accumulation, vendor figures (TFLOP/s), and memory (GB)
 GPUS = {"RTX 4090": (165.2, 24), "A100": (312.0, 80), "H100": (989.0, 80)}
 CALIBRATION = {"gpu": "RTX 4090", "gpus": 2, "hours": 4.8, "model": "sf-recurrent", "dataset": "imagenet200",
                "epochs": 200}
 CUDA_CONTEXT_GB = 1.0
+RESULTS = Path("benchmarks/results")
+MAX_BATCH_STRETCH = 2.0  # a measured rate is used up to this factor away from the measured batches
 
 
 @dataclass
@@ -43,10 +50,18 @@ class ModelPlan:
     batch: int               # per process
     world: int
     memory_gb: float | None = None
+    measured: dict = field(default_factory=dict)  # {"images_per_s", "batch", "source"} from a GPU benchmark
 
     @property
     def train_flops(self) -> float:
         return 2 * self.gflops * 1e9 * 3 * self.train_images * self.epochs * self.runs
+
+    @property
+    def measured_gpu_hours(self) -> float | None:
+        """GPU-hours of every run at the measured per-GPU rate (world GPUs, each at `batch`)."""
+        if not self.measured:
+            return None
+        return self.train_images * self.epochs * self.runs / self.measured["images_per_s"] / 3600
 
 
 def train_images(p: Params, dataset: str) -> int:
@@ -90,59 +105,60 @@ def check_structure(p: Params) -> list[str]:
             raise UserError(f"{spec.class_list} lists {unknown[0]}, not an ImageNet-1K synset")
         lines.append(f"class list {spec.class_list}: {len(classes)} synsets, all in ImageNet-1K; short side "
                      f"{spec.short_side or 'full'}, hold-out {spec.holdout_per_class}/class")
-    for study in STUDIES:
+    for study in p.studies:
         runs = expected_runs(p, study)
         lines.append(f"{study}: {len(runs)} runs ({len(study_models(p, study))} (dataset, model) pairs x seeds)")
     return lines
 
 
-def check_roots(p: Params) -> list[str]:
-    """A warning per source dataset that cannot be found (no download is attempted)."""
+def check_sources(p: Params) -> list[str]:
+    """A warning per dataset whose source folder cannot be found (nothing is downloaded)."""
     from itervision.data.sources import locate
 
     out = []
-    for ds in p.subset.datasets:
+    for ds, source in p.data.sources.items():
         if ds in p.subset.imagenet:
-            root = p.data.roots.get("imagenet")
-            if not root or not (Path(root) / "train").is_dir():
-                out.append(f"warning: data.roots.imagenet is {'not set' if not root else root + ' without train/'}; "
-                           f"{ds} cannot be prepared until it points at ImageNet-1K (train/<synset>/, val/<synset>/)")
+            if not (Path(source) / "train").is_dir():
+                out.append(f"warning: data.sources.{ds} = {source} has no train/ folder; {ds} cannot be prepared "
+                           f"until it points at ImageNet-1K (train/<synset>/, val/<synset>/)")
             continue
         try:
-            locate(ds, p.data.roots.get(ds), p.data.cache_root, download=False)
+            locate(ds, source)
         except UserError as err:
-            more = " (data.download is true: it will be downloaded)" if p.data.download else ""
-            out.append(f"warning: {str(err).split(':')[0]}{more}; set data.roots.{ds}")
+            out.append(f"warning: {str(err).split(';')[0]}")
     return out
 
 
-def model_gflops(cfg: dict, classes: int, chans: int, cache: dict, fast: bool = False) -> float:
+def model_gflops(config, cache: dict, fast: bool = False) -> float:
     """Multiply-adds per image of the whole forward (every exit), complete count, cached per config; with
     fast=True NaN for models that only fvcore can count (SparseFormer)."""
-    key = json.dumps([cfg, classes, chans], sort_keys=True)
-    if fast and cfg["family"] == "sparseformer":
+    from itervision.models.registry import family_of
+
+    family = family_of(config)
+    key = repr(config)
+    if fast and family == "sparseformer":
         return float("nan")
     if key not in cache:
-        import torch
-
         from itervision.evaluation import accounting
-        from itervision.evaluation.flops import count_flops
-        from itervision.models.registry import build_config, build_model
 
-        if cfg["family"] == "recursive":
-            cache[key] = accounting.macs_per_step(build_config(cfg, classes, chans))[-1] / 1e9
-        elif cfg["family"] == "encoder":
-            cache[key] = accounting.encoder_only_macs(build_config(cfg, classes, chans)) / 1e9
+        if family == "recursive":
+            cache[key] = accounting.macs_per_step(config)[-1] / 1e9
+        elif family == "encoder":
+            cache[key] = accounting.encoder_only_macs(config) / 1e9
         else:
-            model = build_model(cfg, classes, chans)
-            img = torch.zeros(1, chans, cfg["img_size"], cfg["img_size"])
-            cache[key] = count_flops(model, img, -1, complete=True)["flops"] / 1e9
+            import torch
+
+            from itervision.evaluation.flops import count_flops
+            from itervision.models.registry import build_model
+
+            img = torch.zeros(1, config.in_chans, config.img_size, config.img_size)
+            cache[key] = count_flops(build_model(config), img, -1, complete=True)["flops"] / 1e9
     return cache[key]
 
 
-def memory_gb(cfg: dict, classes: int, chans: int, train: dict, cache: dict) -> float:
-    """Peak training memory of one process at train.batch_size (GB), see the module docstring."""
-    key = json.dumps([cfg, classes, chans, train["batch_size"], train["amp"], train["ema"]], sort_keys=True)
+def memory_gb(config, train, batch: int, cache: dict) -> float:
+    """Peak training memory of one process at `batch` images per forward (GB), see the module docstring."""
+    key = repr((config, batch, train.amp, train.ema))
     if key in cache:
         return cache[key]
     import torch
@@ -150,10 +166,10 @@ def memory_gb(cfg: dict, classes: int, chans: int, train: dict, cache: dict) -> 
     from itervision.models.registry import build_model
 
     torch.manual_seed(0)
-    model = build_model(cfg, classes, chans).train()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.bfloat16}.get(train["amp"])
+    model = build_model(config).train()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.bfloat16}.get(train.amp)
 
-    def saved_bytes(batch: int) -> int:
+    def saved_bytes(n: int) -> int:
         seen, total = set(), 0
 
         def pack(t):
@@ -164,7 +180,7 @@ def memory_gb(cfg: dict, classes: int, chans: int, train: dict, cache: dict) -> 
                 total += storage.nbytes()
             return t
 
-        img = torch.randn(batch, chans, cfg["img_size"], cfg["img_size"])
+        img = torch.randn(n, config.in_chans, config.img_size, config.img_size)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
                 torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             out = model(img)
@@ -174,28 +190,67 @@ def memory_gb(cfg: dict, classes: int, chans: int, train: dict, cache: dict) -> 
     small, large = saved_bytes(2), saved_bytes(4)
     per_image = max(0.0, (large - small) / 2)
     params = sum(p.numel() for p in model.parameters())
-    states = params * 4 * (1 + 1 + 2 + (1 if train["ema"] else 0)) + (params * 2 if dtype else 0)
+    states = params * 4 * (1 + 1 + 2 + (1 if train.ema else 0)) + (params * 2 if dtype else 0)
     fixed = max(0.0, small - 2 * per_image)
-    cache[key] = (states + fixed + per_image * train["batch_size"]) / 1e9 + CUDA_CONTEXT_GB
+    cache[key] = (states + fixed + per_image * batch) / 1e9 + CUDA_CONTEXT_GB
     return cache[key]
 
 
-def plan_runs(p: Params, memory: bool = True, fast: bool = False) -> list[ModelPlan]:
+# ------------------------------------------------------------------------------------------ measured rates
+
+def load_rates(gpu: str, results: Path = RESULTS) -> dict | None:
+    """benchmarks/results/<gpu>.json (gpu as the file names it, e.g. nvidia-h200, or a path to such a file), or
+    None."""
+    path = Path(gpu) if gpu.endswith(".json") else Path(results) / f"{gpu}.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(f"{path} is not valid JSON; rerun `make gpu-benchmark` on that GPU") from None
+    if not isinstance(data.get("configs"), dict):
+        raise UserError(f"{path} lacks 'configs'; rerun `make gpu-benchmark` on that GPU")
+    data["path"] = str(path)
+    return data
+
+
+def rate_at(entry: dict, batch: int) -> tuple[float, int] | None:
+    """(training images/s, batch it came from) at a per-GPU batch, from a benchmark entry's measured batches:
+    interpolated linearly in log batch between two measured batches, or the nearest within a factor of
+    MAX_BATCH_STRETCH (never further)."""
+    points = sorted((int(b), float(v)) for b, v in (entry.get("train_images_per_s") or {}).items()
+                    if v and math.isfinite(float(v)))
+    if not points:
+        return None
+    for (b0, v0), (b1, v1) in zip(points, points[1:]):
+        if b0 <= batch <= b1:
+            w = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return v0 + w * (v1 - v0), batch
+    nearest = min(points, key=lambda bv: abs(math.log(bv[0] / batch)))
+    if abs(math.log(nearest[0] / batch)) <= math.log(MAX_BATCH_STRETCH):
+        return nearest[1], nearest[0]
+    return None
+
+
+def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | None = None) -> list[ModelPlan]:
     world = world_size(p.run.launcher)
     gcache, mcache, out = {}, {}, []
-    for study in STUDIES:
+    for study in p.studies:
         runs = expected_runs(p, study)
         for ds, m in study_models(p, study):
-            cfg, train = model_config(p, m, ds), train_config(p, ds, study)
-            classes, chans = dataset_shape(p, ds)
+            spec, train = model_spec(p, m, ds), train_config(p, ds, study)
+            batch = train.per_process_batch(world)
             n = sum(1 for r in runs if (r.dataset, r.model) == (ds, m))
-            mp = ModelPlan(study, m, ds, n, train["epochs"], train_images(p, ds),
-                           model_gflops(cfg, classes, chans, gcache, fast),
-                           train["batch_size"], world)
-            if train["steps_per_epoch"]:
-                mp.train_images = min(mp.train_images, train["steps_per_epoch"] * train["batch_size"] * world)
+            mp = ModelPlan(study, m, ds, n, train.epochs, train_images(p, ds), model_gflops(spec.config, gcache, fast),
+                           batch, world)
+            if train.steps_per_epoch:
+                mp.train_images = min(mp.train_images, train.steps_per_epoch * train.global_batch)
             if memory:
-                mp.memory_gb = memory_gb(cfg, classes, chans, train, mcache)
+                mp.memory_gb = memory_gb(spec.config, train, batch, mcache)
+            entry = (rates or {}).get("configs", {}).get(f"{study}/{ds}/{m}")
+            found = rate_at(entry, batch) if entry else None
+            if found:
+                mp.measured = {"images_per_s": found[0], "batch": found[1], "source": rates["path"]}
             out.append(mp)
     return out
 
@@ -219,41 +274,61 @@ def utilisation(plans: list[ModelPlan], fast: bool = False) -> float:
         from itervision.scales import render_scale
 
         paper = check_params(render_scale("paper"))
-        classes, chans = dataset_shape(paper, c["dataset"])
-        gflops = model_gflops(model_config(paper, c["model"], c["dataset"]), classes, chans, {})
+        gflops = model_gflops(model_spec(paper, c["model"], c["dataset"]).config, {})
         images = train_images(paper, c["dataset"])
     flops = 2 * gflops * 1e9 * 3 * images * c["epochs"]
     return flops / (GPUS[c["gpu"]][0] * 1e12 * c["gpus"] * c["hours"] * 3600)
 
 
-def cost_table(plans: list[ModelPlan], fast: bool = False) -> list[str]:
+def estimate_hours(mp: ModelPlan, u: float) -> list[float]:
+    """FLOP-model GPU-hours of a (model, dataset)'s runs on each GPU of GPUS."""
+    return [mp.train_flops / (GPUS[g][0] * 1e12 * u) / 3600 for g in GPUS]
+
+
+def cost_table(plans: list[ModelPlan], fast: bool = False, rates: dict | None = None) -> list[str]:
     u = utilisation(plans, fast)
-    lines = [f"utilisation {100 * u:.1f}% of dense bf16 peak, calibrated on the document's {CALIBRATION['hours']} h "
-             f"for {CALIBRATION['model']} on {CALIBRATION['dataset']}, {CALIBRATION['epochs']} epochs, "
-             f"{CALIBRATION['gpus']} x {CALIBRATION['gpu']}",
-             f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'ep':>4s} {'img/ep':>8s} {'GMAC/img':>9s} "
-             f"{'PFLOP':>9s} " + " ".join(f"{g + ' h':>10s}" for g in GPUS) + f" {'GB/proc':>8s}  fits"]
+    lines = [f"FLOP estimate: utilisation {100 * u:.1f}% of dense bf16 peak, calibrated on the document's "
+             f"{CALIBRATION['hours']} h for {CALIBRATION['model']} on {CALIBRATION['dataset']}, "
+             f"{CALIBRATION['epochs']} epochs, {CALIBRATION['gpus']} x {CALIBRATION['gpu']}"]
+    if rates:
+        lines.append(f"measured: {rates['gpu']} rates from {rates['path']} ({rates.get('date', 'undated')}, "
+                     f"{rates.get('source', 'make gpu-benchmark')}): used for every row marked 'measured'")
+    gpu_col = f"{rates['gpu']} h" if rates else "measured h"
+    lines.append(f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'ep':>4s} {'img/ep':>8s} {'batch':>5s} "
+                 f"{'GMAC/img':>9s} " + " ".join(f"{g + ' h':>10s}" for g in GPUS) + f" {gpu_col:>16s} {'basis':>9s} "
+                 f"{'GB/proc':>8s}  fits")
     totals, uncounted = {}, set()
     for mp in plans:
-        hours = [mp.train_flops / (GPUS[g][0] * 1e12 * u) / 3600 for g in GPUS]
+        counted = not math.isnan(mp.gflops)  # fast mode: SparseFormer FLOPs need fvcore
+        hours = estimate_hours(mp, u) if counted else [float("nan")] * len(GPUS)
+        measured = mp.measured_gpu_hours
         fits = "—" if mp.memory_gb is None else (
             "24 GB and 80 GB" if mp.memory_gb <= 24 else "80 GB only" if mp.memory_gb <= 80 else "NEITHER")
         mem = "—" if mp.memory_gb is None else f"{mp.memory_gb:.1f}"
-        counted = not math.isnan(mp.gflops)  # fast mode: SparseFormer FLOPs need fvcore
-        cost = (f"{mp.gflops:9.3f} {mp.train_flops / 1e15:9.1f} " + " ".join(f"{h:10.1f}" for h in hours)
-                if counted else f"{'—':>9s} {'—':>9s} " + " ".join(f"{'—':>10s}" for _ in hours))
+        est = " ".join(f"{h:10.1f}" if counted else f"{'—':>10s}" for h in hours)
         lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
-                     f"{mp.train_images:8d} {cost} {mem:>8s}  {fits}")
+                     f"{mp.train_images:8d} {mp.batch:5d} {mp.gflops if counted else float('nan'):9.3f} {est} "
+                     f"{'—' if measured is None else f'{measured:.1f}':>16s} "
+                     f"{'measured' if measured is not None else 'estimate':>9s} {mem:>8s}  {fits}")
         if not counted:
             uncounted.add(f"{mp.model} on {mp.dataset}")
             continue
         for key in (("study", mp.study), ("dataset", mp.dataset), ("all", "")):
-            t = totals.setdefault(key, [0.0] * len(GPUS))
-            totals[key] = [a + b for a, b in zip(t, hours)]
+            t = totals.setdefault(key, [0.0] * (len(GPUS) + 2))
+            extra = [measured if measured is not None else 0.0, 0.0 if measured is not None else 1.0]
+            totals[key] = [a + b for a, b in zip(t, hours + extra)]
     for kind in ("study", "dataset", "all"):
-        lines.append(f"GPU-hours (one GPU, every run) {'of the whole campaign' if kind == 'all' else 'by ' + kind}: "
-                     + "; ".join(f"{k[1] + ': ' if k[1] else ''}" + ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, v))
-                                 for k, v in totals.items() if k[0] == kind))
+        parts = []
+        for k, v in totals.items():
+            if k[0] != kind:
+                continue
+            text = ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, v[:len(GPUS)]))
+            if rates:
+                text += f"; {rates['gpu']} measured {v[len(GPUS)]:,.0f}" + (
+                    f" (+{int(v[-1])} rows without a measured rate)" if v[-1] else "")
+            parts.append(f"{k[1] + ': ' if k[1] else ''}{text}")
+        lines.append(f"GPU-hours (one GPU, every run) {'of the whole campaign' if kind == 'all' else 'by ' + kind} "
+                     f"[FLOP estimate per GPU{'; measured' if rates else ''}]: " + "; ".join(parts))
     if uncounted:
         lines.append(f"not in these totals (fast mode counts no fvcore FLOPs; run without --fast): "
                      f"{len(uncounted)} (model, dataset) pairs, e.g. {sorted(uncounted)[0]}")
@@ -265,16 +340,17 @@ def published_check(p: Params) -> list[str]:
     import torch
 
     from itervision.evaluation.flops import count_flops
+    from itervision.layout import reference_csv
     from itervision.models.registry import build_model
     from itervision.reporting.tables import load_reference
 
-    ref = load_reference(Path("data/reference/sparseformer.csv"))
+    ref = load_reference(reference_csv("sparseformer"))
     lines = []
     for ds, m in study_models(p, "sparseformer"):
         cfg = model_config(p, m, ds)
-        classes, chans = dataset_shape(p, ds)
-        model = build_model(cfg, classes, chans)
-        img = torch.zeros(1, chans, cfg["img_size"], cfg["img_size"])
+        config = model_spec(p, m, ds).config
+        model = build_model(config)
+        img = torch.zeros(1, config.in_chans, config.img_size, config.img_size)
         ours = [count_flops(model, img, e)["flops"] / 1e9 for e in range(model.num_exits)]
         if len(cfg["rounds"]) == 1:
             pub = [ref.get((ds, f"static-{cfg['rounds'][0]}", "gflops"))]
@@ -285,4 +361,3 @@ def published_check(p: Params) -> list[str]:
         pubs = " / ".join("—" if v is None else f"{v:.3f}" for v in pub)
         lines.append(f"  {m:20s} {ds:12s} GFLOPs {shown}  published {pubs}")
     return lines
-

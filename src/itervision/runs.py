@@ -8,6 +8,10 @@
         metrics.json       per split: n and top-1 at every exit; recursive traces (sparsity, experts, roles)
     runs/STUDY/DATASET/MODEL/profile.json   per model (stage profile): parameters, FLOPs and wall-clock per exit
 
+A run writes into a hidden staging folder (`.seedN.tmp`) that replaces `seedN/` in one rename once everything
+is written: a run that fails (disk full, Ctrl-C, a bad input) leaves no folder that looks complete. One process
+at a time may write a run: `RunRecord.lock()` holds an exclusive lock on `checkpoints/.../seedN.lock`.
+
 Aggregation reads these files through `RunRecord` and `load_profile` only: the run's own record of how it was
 trained, never the current params.yaml, and no model code (numpy alone; torch only to write weights).
 Every reader turns a missing, truncated or corrupt file into one line naming the file and the `dvc repro`
@@ -15,31 +19,24 @@ command that regenerates it.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import warnings
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from itervision.errors import UserError
-from itervision.io import atomic_path, read_json_file, write_json
-from itervision.layout import CHECKPOINT_ROOT, RUNS_ROOT
+from itervision.io import atomic_path, commit_dir, read_json_file, save_torch, write_json
+from itervision.layout import checkpoint_dir, model_dir
+from itervision.names import profile_stage_name, run_stage_name
+
 CONFIG, WEIGHTS, TRAIN_LOG, PREDICTIONS, METRICS, PROFILE = (
     "config.json", "weights.pt", "train_log.json", "predictions.npz", "metrics.json", "profile.json")
-
-
-def _pipeline(study: str, ablation: bool) -> str:
-    return f"pipelines/{study}{'-ablations' if ablation else ''}/dvc.yaml"
-
-
-def run_stage_name(study: str, dataset: str, model: str, seed: int, ablation: bool) -> str:
-    """The DVC stage that produces a run, as `dvc repro` takes it."""
-    return f"{_pipeline(study, ablation)}:run_{study}{'_ablation' if ablation else ''}@{dataset}-{model}-{seed}"
-
-
-def profile_stage_name(study: str, dataset: str, model: str, ablation: bool) -> str:
-    return f"{_pipeline(study, ablation)}:profile_{study}{'_ablation' if ablation else ''}@{dataset}-{model}"
 
 
 @dataclass(frozen=True)
@@ -49,35 +46,80 @@ class RunRecord:
     model: str
     seed: int
     ablation: bool = False  # which matrix stage produced it (for the `dvc repro` hint)
+    staging: bool = False   # read and write the hidden staging folder instead of the run folder
+
+    @property
+    def final_dir(self) -> Path:
+        return model_dir(self.study, self.dataset, self.model) / f"seed{self.seed}"
 
     @property
     def dir(self) -> Path:
-        return RUNS_ROOT / self.study / self.dataset / self.model / f"seed{self.seed}"
+        final = self.final_dir
+        return final.with_name(f".{final.name}.tmp") if self.staging else final
 
     @property
     def checkpoint_dir(self) -> Path:
-        return CHECKPOINT_ROOT / self.study / self.dataset / self.model / f"seed{self.seed}"
+        return checkpoint_dir(self.study, self.dataset, self.model, self.seed)
 
     @property
     def stage(self) -> str:
         return run_stage_name(self.study, self.dataset, self.model, self.seed, self.ablation)
 
     @property
-    def fix(self) -> str:
+    def regenerate_hint(self) -> str:
         return f"regenerate it with `dvc repro --force {self.stage}`"
 
     def path(self, name: str) -> Path:
         return self.dir / name
 
     # ------------------------------------------------------------------ writing (stage run)
+    @contextmanager
+    def lock(self):
+        """Hold the run's exclusive lock for the block; a second process on the same run fails in one line."""
+        import fcntl
+
+        path = self.checkpoint_dir.with_name(f"seed{self.seed}.lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                raise UserError(f"{self.model} seed {self.seed} on {self.dataset} is being trained by {holder} "
+                                f"(lock {path}); wait for it to end or stop it, then rerun") from None
+            f.seek(0)
+            f.truncate()
+            f.write(f"process {os.getpid()}")
+            f.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def start_staging(self, keep: tuple[str, ...] = ()) -> RunRecord:
+        """An empty staging folder (a leftover of an interrupted run removed), with copies of the run folder's
+        files named in `keep`; returns the record that writes there."""
+        staged = dataclasses.replace(self, staging=True)
+        if staged.dir.exists():
+            shutil.rmtree(staged.dir)
+        staged.dir.mkdir(parents=True)
+        for name in keep:
+            shutil.copy2(self.path(name), staged.path(name))
+        return staged
+
+    def commit_staging(self) -> None:
+        """Put the staging folder in place of the run folder (one rename; metrics.json must be there)."""
+        staged = dataclasses.replace(self, staging=True)
+        if not staged.path(METRICS).exists():
+            raise RuntimeError(f"{staged.dir} lacks {METRICS}: the run is not complete")
+        commit_dir(staged.dir, self.final_dir)
+
     def write_config(self, config: dict) -> None:
         write_json(self.path(CONFIG), config)
 
     def write_weights(self, state_dict) -> None:
-        import torch
-
-        with atomic_path(self.path(WEIGHTS)) as tmp:
-            torch.save(state_dict, tmp)
+        save_torch(self.path(WEIGHTS), state_dict)
 
     def write_train_log(self, log: dict) -> None:
         write_json(self.path(TRAIN_LOG), log)
@@ -94,23 +136,23 @@ class RunRecord:
 
     # ------------------------------------------------------------------ reading (stages aggregate, evaluate)
     def config(self) -> dict:
-        return read_json_file(self.path(CONFIG), self.fix, required=("config", "train", "data"))
+        return read_json_file(self.path(CONFIG), self.regenerate_hint, required=("config", "train", "data"))
 
     def train_log(self) -> dict:
-        return read_json_file(self.path(TRAIN_LOG), self.fix, required=("epochs", "images_seen", "curve"))
+        return read_json_file(self.path(TRAIN_LOG), self.regenerate_hint, required=("epochs", "images_seen", "curve"))
 
     def metrics(self) -> dict:
-        m = read_json_file(self.path(METRICS), self.fix, required=("splits",))
+        m = read_json_file(self.path(METRICS), self.regenerate_hint, required=("splits",))
         for split in ("calib", "test"):
             if "top1_per_exit" not in (m["splits"].get(split) or {}):
-                raise UserError(f"{self.path(METRICS)} lacks splits.{split}.top1_per_exit; {self.fix}")
+                raise UserError(f"{self.path(METRICS)} lacks splits.{split}.top1_per_exit; {self.regenerate_hint}")
         return m
 
     def predictions(self) -> dict:
         """{split: {"pred", "prob", "label", "correct"}} as numpy arrays."""
         path = self.path(PREDICTIONS)
         if not path.exists():
-            raise UserError(f"{path} is missing; {self.fix}")
+            raise UserError(f"{path} is missing; {self.regenerate_hint}")
         try:
             with np.load(path) as f:
                 out = {}
@@ -118,11 +160,11 @@ class RunRecord:
                     split, name = k.split("__", 1)
                     out.setdefault(split, {})[name] = f[k]
         except (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError) as err:
-            raise UserError(f"{path} is unreadable ({type(err).__name__}); {self.fix}") from None
+            raise UserError(f"{path} is unreadable ({type(err).__name__}); {self.regenerate_hint}") from None
         for split in ("calib", "test"):
             d = out.get(split) or {}
             if not {"pred", "prob", "label"} <= set(d):
-                raise UserError(f"{path} lacks the {split} predictions; {self.fix}")
+                raise UserError(f"{path} lacks the {split} predictions; {self.regenerate_hint}")
             d["correct"] = d["pred"] == d["label"][:, None]
         return out
 
@@ -137,14 +179,14 @@ class RunRecord:
                 warnings.simplefilter("ignore")
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated, foreign or unsafe file: all mean "retrain"
-            raise UserError(f"weights {path} are unreadable ({type(err).__name__}); {self.fix}") from None
+            raise UserError(f"weights {path} are unreadable ({type(err).__name__}); {self.regenerate_hint}") from None
         if not isinstance(state, dict):
-            raise UserError(f"weights {path} hold a {type(state).__name__}, not a state dict; {self.fix}")
+            raise UserError(f"weights {path} hold a {type(state).__name__}, not a state dict; {self.regenerate_hint}")
         return state
 
 
 def profile_path(study: str, dataset: str, model: str) -> Path:
-    return RUNS_ROOT / study / dataset / model / PROFILE
+    return model_dir(study, dataset, model) / PROFILE
 
 
 def write_profile(study: str, dataset: str, model: str, profile: dict) -> None:

@@ -191,9 +191,11 @@ def parse(cls, mapping, where: str, *, partial: bool = False, extra_ok: tuple = 
         if not applies:
             values[name] = None
             continue
-        if name not in values and f.default is REQUIRED and f.default_factory is REQUIRED:
+        missing = name not in values and f.default is REQUIRED and f.default_factory is REQUIRED
+        if missing or (when is not None and values.get(name, f.default) is None):
             why = f" ({f.metadata['hint']})" if when is not None and f.metadata.get("hint") else ""
-            raise UserError(f"params key '{where}.{name}' is missing{why}; add it to {add_to}")
+            raise UserError(f"params key '{where}.{name}' is {'missing' if missing else 'null'}{why}; "
+                            f"{'add it to' if missing else 'set it in'} {add_to}")
     try:
         obj = cls(**values)
     except TypeError as err:  # a required field that did not apply but has no None default

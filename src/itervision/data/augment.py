@@ -43,9 +43,10 @@ class BatchAugment:
     interpolation: str = "bilinear"
 
     @classmethod
-    def from_train(cls, train: dict, img_size: int, mean, std) -> "BatchAugment":
-        return cls(img_size, tuple(mean), tuple(std), tuple(train["crop_scale"]), train["crop_pad"], train["hflip"],
-                   train["random_erasing"], train["interpolation"])
+    def from_train(cls, train, img_size: int, mean, std) -> "BatchAugment":
+        """From the train recipe (run_configs.TrainConfig)."""
+        return cls(img_size, tuple(mean), tuple(std), tuple(train.crop_scale), train.crop_pad, train.hflip,
+                   train.random_erasing, train.interpolation)
 
 
 def _uniform(gen, n, lo, hi):

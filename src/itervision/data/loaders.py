@@ -211,32 +211,32 @@ class FolderBatches:
             yield b, img, target
 
 
-def timm_transform(train: bool, img_size: int, desc: dict, cfg: dict | None = None):
-    """timm's transform pipeline for ImageNet folders: RandomResizedCrop, flip, RandAugment, random erasing;
-    or its evaluation resize and centre crop."""
+def timm_transform(train: bool, img_size: int, desc: dict, recipe=None, interpolation: str = "bicubic"):
+    """timm's transform pipeline for ImageNet folders: RandomResizedCrop, flip, RandAugment, random erasing (from
+    the train recipe, run_configs.TrainConfig); or its evaluation resize and centre crop."""
     from timm.data import create_transform
 
-    cfg = cfg or {}
     kwargs = dict(input_size=(desc["channels"], img_size, img_size), mean=tuple(desc["mean"]),
-                  std=tuple(desc["std"]), interpolation=cfg.get("interpolation", "bicubic"))
+                  std=tuple(desc["std"]), interpolation=recipe.interpolation if recipe else interpolation)
     if not train:
         return create_transform(**kwargs, is_training=False, crop_pct=0.875)
-    return create_transform(**kwargs, is_training=True, scale=tuple(cfg["crop_scale"]), hflip=cfg["hflip"],
-                            auto_augment=cfg["randaugment"] or None, re_prob=cfg["random_erasing"],
+    return create_transform(**kwargs, is_training=True, scale=tuple(recipe.crop_scale), hflip=recipe.hflip,
+                            auto_augment=recipe.randaugment or None, re_prob=recipe.random_erasing,
                             re_mode="pixel", re_count=1)
 
 
-def train_batches(prepared: str | Path, img_size: int, train: dict, *, seed: int, rank: int = 0, world: int = 1,
+def train_batches(prepared: str | Path, img_size: int, train, *, seed: int, rank: int = 0, world: int = 1,
                   pin_memory: bool = False):
+    """A run's training batches: each process's share of the global batch (train: run_configs.TrainConfig)."""
     prepared = Path(prepared)
     desc = describe_prepared(prepared)
-    common = dict(batch_size=train["batch_size"], seed=seed, rank=rank, world=world, repeats=train["repeated_aug"],
-                  max_steps=train["steps_per_epoch"])
+    common = dict(batch_size=train.per_process_batch(world), seed=seed, rank=rank, world=world,
+                  repeats=train.repeated_aug, max_steps=train.steps_per_epoch)
     if desc["kind"] == "arrays":
         images, labels = load_arrays(prepared, "train")
         aug = BatchAugment.from_train(train, img_size, desc["mean"], desc["std"])
-        return TensorBatches(images, labels, aug, randaugment=train["randaugment"], **common)
-    return FolderBatches(prepared, timm_transform(True, img_size, desc, train), workers=train["workers"],
+        return TensorBatches(images, labels, aug, randaugment=train.randaugment, **common)
+    return FolderBatches(prepared, timm_transform(True, img_size, desc, train), workers=train.workers,
                          pin_memory=pin_memory, **common)
 
 
@@ -253,7 +253,7 @@ def eval_batches(prepared: str | Path, split: str, img_size: int, batch_size: in
             yield resize_eval(images[i:j], img_size, desc["mean"], desc["std"], interpolation), labels[i:j]
         return
     data = ManifestImages(prepared, IMAGENET_SPLITS[split], timm_transform(False, img_size, desc,
-                                                                           {"interpolation": interpolation}))
+                                                                           interpolation=interpolation))
     if limit is not None:
         data = torch.utils.data.Subset(data, range(min(limit, len(data))))
     yield from torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=workers)

@@ -1,13 +1,12 @@
 """Source datasets read from their published file formats: MNIST-style idx files (plain or .gz) and CIFAR
 python pickle batches; and the listing of ImageNet-layout folders.
 
-Where each dataset is looked for, in order (the first that exists is read, nothing is copied or cached):
-* `data.roots.<dataset>` when set: it must hold the files (directly or in torchvision's layout,
-  `<root>/FashionMNIST/raw/`, `<root>/cifar-10-batches-py/`); if it does not, that is an error: an explicit
-  root never falls back to another copy;
-* Fashion-MNIST only: the Debian package dataset-fashion-mnist (`/usr/share/datasets/fashion-mnist/`);
-* `data.cache_root` in torchvision's layout (where a download lands);
-* with `data.download: true`, torchvision downloads into `data.cache_root`.
+Each dataset is read from the folder `data.sources.<dataset>` names: the files directly in it, or in
+torchvision's layout (`<root>/FashionMNIST/raw/`, `<root>/cifar-10-batches-py/`). That folder is the subset
+stage's DVC dependency, so a changed source file reruns the stage. Nothing is copied or cached, and nothing
+falls back to another copy. Fashion-MNIST is the Debian package dataset-fashion-mnist
+(`/usr/share/datasets/fashion-mnist/`, what `make setup` installs); `python -m itervision.data.download` fetches
+the torchvision datasets into a folder.
 
 The files are parsed here rather than through torchvision's dataset classes: those insist on their own folder
 layout with uncompressed idx files (which forced a staging copy that went stale) and check the md5 of the
@@ -148,56 +147,27 @@ def _find(name: str, folder: Path) -> Path | None:
     return _cifar_folder(folder, name) if name in CIFAR else _idx_folder(folder, f.torchvision_class)
 
 
-def _download(name: str, cache_root: Path) -> None:
-    from torchvision import datasets
-
-    cls = getattr(datasets, facts(name).torchvision_class)
-    for train in (True, False):
-        cls(str(cache_root), train=train, download=True)
-
-
-def locate(name: str, root: str | None, cache_root: str | Path, download: bool = False) -> Path:
-    """The folder the dataset's files are read from (see the module docstring for the order)."""
-    cache_root = Path(cache_root)
-    if root:
-        found = _find(name, Path(root))
-        if found is None:
-            raise UserError(f"data.roots.{name} = {root} does not hold the {name} files "
-                            f"({'cifar batches' if name in CIFAR else 'four idx files'}, directly or in "
-                            f"torchvision's layout); fix the path or set it to null to use the default search")
-        return found
-    tried = []
-    if name == "fashion_mnist":
-        found = _find(name, DEBIAN_FASHION_MNIST)
-        if found:
-            return found
-        tried.append(f"{DEBIAN_FASHION_MNIST} (Debian package)")
-    found = _find(name, cache_root)
-    if found:
-        return found
-    tried.append(str(cache_root))
-    if download:
-        try:
-            _download(name, cache_root)
-        except Exception as err:  # network errors come in many types
-            raise UserError(f"{name}: download into {cache_root} failed ({type(err).__name__}); set "
-                            f"data.roots.{name} to a folder holding its files") from None
-        found = _find(name, cache_root)
-        if found:
-            return found
-    hint = (" or run `apt-get install -y dataset-fashion-mnist` (files in /usr/share/datasets/fashion-mnist/)"
-            if name == "fashion_mnist" else "")
-    raise UserError(f"{name} not found (looked in {', '.join(tried)}): set data.roots.{name} in params.yaml to a "
-                    f"folder with its files{hint}, or set data.download: true to let torchvision download it")
+def locate(name: str, root: str | Path) -> Path:
+    """The folder the dataset's files are read from: `root` itself or torchvision's layout below it."""
+    root = Path(root)
+    found = _find(name, root) if root.is_dir() else None
+    if found is None:
+        what = "cifar batches" if name in CIFAR else "four idx files"
+        hint = (" (`make setup` installs the Debian package dataset-fashion-mnist into "
+                f"{DEBIAN_FASHION_MNIST})" if name == "fashion_mnist" else
+                f" (`python -m itervision.data.download {name} {root}` fetches it)")
+        raise UserError(f"data.sources.{name} = {root} does not hold the {name} files ({what}, directly or in "
+                        f"torchvision's layout); point it at a folder that does{hint}")
+    return found
 
 
-def load_source(name: str, root: str | None, cache_root: str | Path, download: bool = False):
+def load_source(name: str, root: str | Path):
     """(class names, {"train": (uint8 NHWC images, int64 labels), "test": (...)}) of a torchvision dataset."""
     f = facts(name)
     if f.source != "torchvision":
         raise UserError(f"dataset '{name}' is an ImageNet subset, not an array dataset; list it under "
                         f"subset.imagenet")
-    folder = locate(name, root, cache_root, download)
+    folder = locate(name, root)
     if name in CIFAR:
         classes, splits = _read_cifar(folder, name)
     else:

@@ -65,10 +65,9 @@ def _draw_per_class(labels: np.ndarray, classes: list[int], counts: list, rng: n
 
 
 def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_class, calib_per_class: int,
-                       test_per_class, seed: int, root: str | None = None, cache_root: str = "data/raw",
-                       download: bool = False) -> dict:
+                       test_per_class, seed: int, root: str | Path) -> dict:
     out = Path(out)
-    class_names, source = load_source(name, root, cache_root, download)
+    class_names, source = load_source(name, root)
     info = facts(name)
     class_idx = _resolve_classes(classes, class_names)
     remap = {c: i for i, c in enumerate(class_idx)}
@@ -133,69 +132,28 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
 
     Splits: train; holdout (N train images per class, part of the evaluation set, as the document does);
     calib (more train images per class, held out to choose early-exit thresholds); val. The evaluation set is
-    val + holdout. All hold-outs are drawn per class by seed and removed from train.
+    val + holdout. All hold-outs are drawn per class by seed and removed from train. Every image is converted
+    first (into a pool), then the hold-outs are drawn among the readable ones, so an unreadable file never takes
+    a hold-out or calibration place.
     """
     root, out = Path(imagenet_root), Path(out)
-    if not (root / "train").is_dir():
-        raise UserError(f"ImageNet root {root} has no train/ folder; pass the folder holding train/<synset>/")
-    synsets = read_class_list(class_list)
-    missing = [s for s in synsets if not (root / "train" / s).is_dir()]
-    if missing:
-        raise UserError(f"class {missing[0]} of {class_list} is absent from {root}/train"
-                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                        + "; fix the class list or the ImageNet root")
+    synsets = _checked_classes(root, class_list)
     tmp = fresh_temp_dir(out)
-    # convert every image first (into a pool), then draw the hold-outs among the readable ones, so an unreadable
-    # file never takes a hold-out or calibration place
-    jobs, sources = [], []  # (source, pool path, short side), (class index, synset, source split)
-    for ci, syn in enumerate(synsets):
-        train_files = list_images(root / "train" / syn)
-        if len(train_files) < holdout_per_class + calib_per_class + 1:
-            shutil.rmtree(tmp)
-            raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out "
-                            f"{holdout_per_class + calib_per_class}; lower holdout_per_class/calib_per_class")
-        for split, files in (("train", train_files), ("val", list_images(root / "val" / syn))):
-            for f in files:
-                jobs.append((str(f), str(tmp / "_pool" / split / syn / f"{f.stem}.JPEG"), short_side))
-                sources.append((ci, syn, split))
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_convert_one, jobs, chunksize=64))
-    else:
-        results = [_convert_one(j) for j in jobs]
-    bad = [{"path": jobs[i][0], "error": err} for i, (_, err) in enumerate(results) if err]
-    fraction = len(bad) / max(1, len(jobs))
-    if fraction > max_bad_fraction:
+    try:
+        jobs, sources = _conversion_jobs(root, synsets, tmp / "_pool", short_side, holdout_per_class + calib_per_class)
+        good, bad = _convert_all(jobs, sources, workers, max_bad_fraction)
+        rows = _place(good, synsets, tmp, np.random.default_rng(seed), holdout_per_class, calib_per_class)
+        counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
+        for _, _, syn, split in rows:
+            counts[split][syn] += 1
+        _check_class_counts(counts, calib_per_class)
+    except UserError:
         shutil.rmtree(tmp)
-        raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
-                        f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
-    good = {}  # (class index, source split) -> pool paths, in sorted order
-    for (ci, syn, split), job, (_, err) in zip(sources, jobs, results):
-        if not err:
-            good.setdefault((ci, split), []).append(Path(job[1]))
-    rng = np.random.default_rng(seed)
-    good_rows = []
-    for ci, syn in enumerate(synsets):
-        train = good.get((ci, "train"), [])
-        order = rng.permutation(len(train)).tolist()
-        split_of = {i: "holdout" for i in order[:holdout_per_class]}
-        split_of.update({i: "calib" for i in order[holdout_per_class:holdout_per_class + calib_per_class]})
-        placed = [(split_of.get(i, "train"), f) for i, f in enumerate(train)]
-        placed += [("val", f) for f in good.get((ci, "val"), [])]
-        for split, f in placed:
-            rel = f"{split}/{syn}/{f.name}"
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            f.rename(tmp / rel)
-            good_rows.append((rel, ci, syn, split))
-    shutil.rmtree(tmp / "_pool")
-    counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
-    for _, _, syn, split in good_rows:
-        counts[split][syn] += 1
-    _check_class_counts(counts, calib_per_class, tmp)
+        raise
     with open(tmp / "manifest.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["path", "class_index", "synset", "split", "bytes"])
-        writer.writerows(row + ((tmp / row[0]).stat().st_size,) for row in good_rows)
+        writer.writerows(row + ((tmp / row[0]).stat().st_size,) for row in rows)
     summary = {
         "class_list": str(class_list), "classes": synsets, "seed": seed, "short_side": short_side,
         "holdout_per_class": holdout_per_class, "calib_per_class": calib_per_class,
@@ -207,7 +165,74 @@ def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str 
     return summary
 
 
-def _check_class_counts(counts: dict, calib: int, tmp: Path) -> None:
+def _checked_classes(root: Path, class_list) -> list[str]:
+    if not (root / "train").is_dir():
+        raise UserError(f"ImageNet root {root} has no train/ folder; pass the folder holding train/<synset>/")
+    synsets = read_class_list(class_list)
+    missing = [s for s in synsets if not (root / "train" / s).is_dir()]
+    if missing:
+        raise UserError(f"class {missing[0]} of {class_list} is absent from {root}/train"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                        + "; fix the class list or the ImageNet root")
+    return synsets
+
+
+def _conversion_jobs(root: Path, synsets: list, pool: Path, short_side, held_out: int):
+    """([(source, pool path, short side)], [(class index, synset, source split)]) of every train and val image."""
+    jobs, sources = [], []
+    for ci, syn in enumerate(synsets):
+        train_files = list_images(root / "train" / syn)
+        if len(train_files) < held_out + 1:
+            raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out {held_out}; lower "
+                            f"holdout_per_class/calib_per_class")
+        for split, files in (("train", train_files), ("val", list_images(root / "val" / syn))):
+            for f in files:
+                jobs.append((str(f), str(pool / split / syn / f"{f.stem}.JPEG"), short_side))
+                sources.append((ci, syn, split))
+    return jobs, sources
+
+
+def _convert_all(jobs, sources, workers: int, max_bad_fraction: float):
+    """({(class index, source split): readable pool paths, in order}, [unreadable images]); too many unreadable
+    images is an error."""
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_convert_one, jobs, chunksize=64))
+    else:
+        results = [_convert_one(j) for j in jobs]
+    bad = [{"path": jobs[i][0], "error": err} for i, (_, err) in enumerate(results) if err]
+    fraction = len(bad) / max(1, len(jobs))
+    if fraction > max_bad_fraction:
+        raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
+                        f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
+    good = {}
+    for (ci, syn, split), job, (_, err) in zip(sources, jobs, results):
+        if not err:
+            good.setdefault((ci, split), []).append(Path(job[1]))
+    return good, bad
+
+
+def _place(good: dict, synsets: list, tmp: Path, rng, holdout: int, calib: int) -> list[tuple]:
+    """Draw each class's hold-out and calibration images by seed and move every image into its split folder;
+    the manifest rows (path, class index, synset, split)."""
+    rows = []
+    for ci, syn in enumerate(synsets):
+        train = good.get((ci, "train"), [])
+        order = rng.permutation(len(train)).tolist()
+        split_of = {i: "holdout" for i in order[:holdout]}
+        split_of.update({i: "calib" for i in order[holdout:holdout + calib]})
+        placed = [(split_of.get(i, "train"), f) for i, f in enumerate(train)]
+        placed += [("val", f) for f in good.get((ci, "val"), [])]
+        for split, f in placed:
+            rel = f"{split}/{syn}/{f.name}"
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            f.rename(tmp / rel)
+            rows.append((rel, ci, syn, split))
+    shutil.rmtree(tmp / "_pool")
+    return rows
+
+
+def _check_class_counts(counts: dict, calib: int) -> None:
     """Fail when a class has no usable image in a split that must hold some (train; val or the hold-out,
     which make the evaluation set; calib when asked for); warn when a class has no val images."""
     empty = []
@@ -219,7 +244,6 @@ def _check_class_counts(counts: dict, calib: int, tmp: Path) -> None:
         if calib and counts["calib"][syn] == 0:
             empty.append(f"{syn} has no calibration image")
     if empty:
-        shutil.rmtree(tmp)
         raise UserError(f"class {empty[0]}" + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
                         + "; every class needs images in every split: fix the source folder or the class list")
     no_val = [syn for syn in counts["val"] if counts["val"][syn] == 0]

@@ -2,36 +2,44 @@
 
 A checkpoint carries a fingerprint of everything that shapes training: the resolved model and train
 configuration, the seed and world size, the prepared data's content hash (from its manifest) and a hash of
-the code that trains (the source of models/, engine/ and data/, and of the config schema). A checkpoint
-with another fingerprint is never resumed: the run starts over. The run stage deletes the checkpoint once the
-run's outputs are complete, so a finished run never leaves one behind to be picked up later.
+the code that trains: the source of every itervision module the training process has imported (its own model
+family, the engine, the data path), so it covers exactly the code the run executes. A checkpoint with another
+fingerprint is never resumed: the run starts over. The run stage deletes the checkpoint once the run's outputs
+are complete, so a finished run never leaves one behind to be picked up later.
 """
 from __future__ import annotations
 
-import warnings
 import hashlib
 import json
 import shutil
+import sys
+import warnings
 from pathlib import Path
 
 import torch
 
 from itervision.errors import UserError
-from itervision.io import atomic_path, remove_stale_temps
+from itervision.io import remove_stale_temps, save_torch
 
 PACKAGE = Path(__file__).resolve().parents[1]
-TRAINING_CODE = ("models", "engine", "data", "schema.py")
+
+
+def loaded_sources() -> list[Path]:
+    """The source files of every itervision module imported in this process, in a fixed order."""
+    files = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if (name == "itervision" or name.startswith("itervision.")) and path and path.endswith(".py"):
+            files.add(Path(path).resolve())
+    return sorted(files)
 
 
 def code_fingerprint() -> str:
-    """Hash of the source files that shape training (file names and contents, in a fixed order)."""
+    """Hash of the itervision source this process runs (file names relative to the package, and contents)."""
     digest = hashlib.sha256()
-    for part in TRAINING_CODE:
-        root = PACKAGE / part
-        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
-        for f in files:
-            digest.update(str(f.relative_to(PACKAGE)).encode())
-            digest.update(f.read_bytes())
+    for f in loaded_sources():
+        digest.update(str(f.relative_to(PACKAGE)).encode())
+        digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -41,8 +49,7 @@ def run_fingerprint(**parts) -> str:
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_torch(path, state)
 
 
 def load_checkpoint(path: str | Path, fingerprint: str) -> dict | None:

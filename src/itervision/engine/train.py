@@ -1,20 +1,34 @@
-"""Training loop for every model family: the SparseFormer recipe, one loop read top to bottom.
+"""Training loop for every model family: the SparseFormer recipe, read top to bottom.
 
-set-up (seed, model, batches, optimiser, schedule, soft targets, EMA) -> resume -> steps (lr of the step,
-soft targets, forward all exits, weighted soft-target CE + auxiliary losses, clip, step) -> at each curve
-point the last exit's top-1 on a fixed slice of calib and test -> a checkpoint at every curve point and
-epoch end -> final weights and log.
+    train_run
+      set_up            seed, model, batches, optimiser, schedule, soft targets, EMA, fingerprint
+      resume            the checkpoint of this exact run, if any
+      train_one_epoch   per step: lr, soft targets, forward every exit (micro-batches accumulate), weighted
+                        soft-target CE + auxiliary losses, backward, clip, AdamW, EMA;
+                        at each curve point the last exit's top-1 on a fixed slice of calib and test;
+                        a checkpoint at every curve point and epoch end
+      summarise         final weights and the training log (rank 0)
 
-Determinism and pairing: the run seed sets the initialisation, the image order and every augmentation
-(batch b of epoch e is a pure function of (seed, e, b, rank), see data/loaders.py). The forward pass's own
-randomness (drop path) is re-seeded at each epoch start from (seed, epoch, rank), and checkpoints keep the
-generator states, so a run resumed from any checkpoint replays exactly what an uninterrupted run does.
+Batch and learning rate: `global_batch` images per optimiser step over all processes, each process taking
+global_batch / world (run_configs.TrainConfig), so a run on 1, 2 or 8 GPUs follows one recipe.
+
+Determinism and pairing: the run seed sets the initialisation, the image order and every augmentation (batch b
+of epoch e is a pure function of (seed, e, b, rank), see data/loaders.py). The forward pass's own randomness
+(drop path) is re-seeded at each epoch start from (seed, epoch, rank), and checkpoints keep the generator
+states, so a run resumed from any checkpoint replays exactly what an uninterrupted run does. The thread count
+(`train.threads`) is part of the recipe: CPU results depend on it.
+
+Host reads: the step itself reads nothing back from the device. The losses of the steps since the last read
+are fetched together (every step on the CPU, where a read costs nothing; every SYNC_EVERY steps and at every
+checkpoint on a GPU), and a non-finite loss stops the run naming its exact step.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +38,14 @@ from tqdm import tqdm
 from itervision.data.loaders import batch_seed, describe_prepared, eval_batches, global_seed, train_batches
 from itervision.engine.checkpoint import code_fingerprint, load_checkpoint, run_fingerprint, save_checkpoint
 from itervision.engine.distributed import all_gather_objects, all_reduce_mean, init_distributed, is_main
-from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, lr_at, peak_lr, soft_target_ce
+from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, exit_losses, lr_schedule
 from itervision.errors import UserError
 from itervision.evaluation.predict import predict_exits, top1_per_exit
 from itervision.models.registry import build_model
 from itervision.runs import RunRecord
+from itervision.schema import as_dict
+
+SYNC_EVERY = 25  # GPU: steps between reads of the logged losses
 
 
 class TrainingDiverged(UserError):
@@ -74,158 +91,270 @@ def _set_rng_state(state: dict, device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def train_run(*, record: RunRecord, model_cfg: dict, train_cfg: dict, prepared: str | Path, progress: bool = True,
-              step_hook=None) -> dict:
-    """Train one run; rank 0 writes its weights and training log into the run folder and returns the log.
+def training_fingerprint(spec, train, data_fingerprint: str, seed: int, world: int) -> str:
+    """What a run's checkpoints and its config.json are tied to: model, recipe, data, seed, world size and the
+    code this process runs (call it once the model's family module is imported)."""
+    return run_fingerprint(model=spec.to_json(), train=as_dict(train), data=data_fingerprint, seed=seed, world=world,
+                           code=code_fingerprint())
 
-    `step_hook(step, loss) -> loss` is for tests (inject a NaN, stop the process at a step)."""
-    cfg, model_name, seed = train_cfg, record.model, record.seed
+
+def compile_step_model(model, mode: str):
+    """torch.compile of the model's forward (fullgraph: a graph break is an error, not a silent slowdown);
+    `reduce-overhead` captures it in CUDA graphs."""
+    if mode == "none":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode, fullgraph=True)
+
+
+@dataclass
+class Setup:
+    """Everything a run's steps use, fixed once at the start."""
+    record: RunRecord
+    train: object            # run_configs.TrainConfig
+    img_size: int
+    prepared: Path
+    rank: int
+    world: int
+    device: torch.device
+    model: torch.nn.Module   # the model itself (its state is what is saved)
+    step_model: object       # what the step calls: the model, DDP-wrapped and/or compiled
+    batches: object
+    steps_per_epoch: int
+    total: int
+    lr: object               # step -> lr
+    accumulation: int        # micro-batches per step
+    optimizer: torch.optim.Optimizer
+    targets: SoftTargets
+    ema: object
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler
+    exit_weights: torch.Tensor
+    curve_at: set
+    data: dict               # describe_prepared
+    fingerprint: str
+    ckpt_path: Path
+    sync_every: int
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    log: list = field(default_factory=list)       # one row per finished epoch
+    curve: list = field(default_factory=list)     # learning-curve points
+    epoch_totals: dict | None = None              # sums over the current epoch's steps
+    saved_step: int = 0
+    pending: list = field(default_factory=list)   # (step, epoch, batch, losses on the device) not yet read
+
+
+def set_up(record: RunRecord, spec, train, prepared: str | Path) -> Setup:
+    """spec: specs.ModelSpec; train: run_configs.TrainConfig."""
     prepared = Path(prepared)
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
+    torch.set_num_threads(train.threads)
     rank, world, device = init_distributed()
     desc = describe_prepared(prepared)
-    num_classes = len(desc["classes"])
-    fingerprint = run_fingerprint(model=model_cfg, train=cfg, data=desc["fingerprint"], seed=seed, world=world,
-                                  code=code_fingerprint())
+    if len(desc["classes"]) != spec.num_classes or desc["channels"] != spec.in_chans:
+        raise UserError(f"{prepared} has {len(desc['classes'])} classes and {desc['channels']} channels, the resolved "
+                        f"config {spec.num_classes} and {spec.in_chans}; rerun `dvc repro`")
+    accumulation, _ = train.accumulation(world)
 
-    # ---- model, data, optimiser, schedule
-    seed_everything(seed)
-    raw_model = build_model(model_cfg, num_classes, desc["channels"]).to(device)
-    model = raw_model
+    seed_everything(record.seed)
+    model = build_model(spec.config).to(device)
+    step_model = model
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(raw_model, device_ids=[device.index]
-                                                          if device.index is not None else None)
-    batches = train_batches(prepared, model_cfg["img_size"], cfg, seed=seed, rank=rank, world=world,
+        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index]
+                                                               if device.index is not None else None)
+    step_model = compile_step_model(step_model, train.compile)
+    batches = train_batches(prepared, spec.config.img_size, train, seed=record.seed, rank=rank, world=world,
                             pin_memory=device.type == "cuda")
-    steps_per_epoch = len(batches)
-    if steps_per_epoch == 0:
-        raise UserError(f"the train split of {prepared} has fewer images than one batch of {cfg['batch_size']} "
-                        f"per process; lower train.batch_size")
-    total = cfg["epochs"] * steps_per_epoch
-    warmup = int(cfg["warmup_epochs"] * steps_per_epoch)
-    optimizer = build_optimizer(raw_model, cfg, world)
-    peak = peak_lr(cfg, world)
-    targets = SoftTargets(cfg, num_classes)
-    ema = build_ema(raw_model, cfg["ema_decay"]) if cfg["ema"] else None
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg["amp"])
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg["amp"] == "fp16" and device.type == "cuda")
-    weights = torch.tensor(raw_model.exit_loss_weights(), device=device)
-    curve_at = curve_steps(total, cfg["curve_points"])
+    if len(batches) == 0:
+        raise UserError(f"the train split of {prepared} has fewer images than one batch of "
+                        f"{train.per_process_batch(world)} per process; lower train.global_batch")
+    total, lr = lr_schedule(train, len(batches))
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.amp)
+    fingerprint = training_fingerprint(spec, train, desc["fingerprint"], record.seed, world)
+    return Setup(record=record, train=train, img_size=spec.config.img_size, prepared=prepared, rank=rank,
+                 world=world, device=device, model=model, step_model=step_model, batches=batches,
+                 steps_per_epoch=len(batches), total=total, lr=lr, accumulation=accumulation,
+                 optimizer=build_optimizer(model, train), targets=SoftTargets(train, spec.num_classes),
+                 ema=build_ema(model, train.ema_decay) if train.ema else None, amp_dtype=amp_dtype,
+                 scaler=torch.amp.GradScaler(device.type, enabled=train.amp == "fp16" and device.type == "cuda"),
+                 exit_weights=torch.tensor(model.exit_loss_weights(), device=device),
+                 curve_at=set(curve_steps(total, train.curve_points)), data=desc, fingerprint=fingerprint,
+                 ckpt_path=record.checkpoint_dir / "last.pt", sync_every=1 if device.type == "cpu" else SYNC_EVERY)
 
-    def curve_point(step: int) -> dict:
-        scored = ema.module if ema is not None else raw_model
-        row = {"step": step, "images": step * cfg["batch_size"] * world}
-        for split in ("calib", "test"):
-            pred = predict_exits(scored, eval_batches(prepared, split, model_cfg["img_size"], 512,
-                                                      limit=cfg["curve_images"], interpolation=cfg["interpolation"]))
-            row[f"{split}_top1"] = top1_per_exit(pred)[-1]
-        return row
 
-    # ---- resume
-    ckpt_path = record.checkpoint_dir / "last.pt"
-    step, log, curve, acc = 0, [], [], None
-    state = load_checkpoint(ckpt_path, fingerprint)
-    if state is not None:
-        raw_model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        if ema is not None:
-            ema.load_state_dict(state["ema"])
-        step, log, curve, acc = state["step"], state["log"], state["curve"], state["epoch_acc"]
-        _set_rng_state(state["rng"][rank], device)
-        if is_main() and progress:
-            tqdm.write(f"resuming {model_name} seed {seed} at step {step} of {total}")
+def resume(s: Setup, progress: bool) -> TrainState:
+    state = load_checkpoint(s.ckpt_path, s.fingerprint)
+    if state is None:
+        return TrainState()
+    s.model.load_state_dict(state["model"])
+    s.optimizer.load_state_dict(state["optimizer"])
+    s.scaler.load_state_dict(state["scaler"])
+    if s.ema is not None:
+        s.ema.load_state_dict(state["ema"])
+    _set_rng_state(state["rng"][s.rank], s.device)
+    if is_main() and progress:
+        tqdm.write(f"resuming {s.record.model} seed {s.record.seed} at step {state['step']} of {s.total}")
+    return TrainState(step=state["step"], log=state["log"], curve=state["curve"], epoch_totals=state["epoch_acc"],
+                      saved_step=state["step"])
 
-    startup, saved_step = process_age(), step
-    while step < total:
-        epoch, start = divmod(step, steps_per_epoch)
-        if start == 0:
-            seed_everything(epoch_seed(seed, epoch, rank))  # drop path etc. of this epoch
-            acc = {"loss": 0.0, "aux": 0.0, "exit_loss": [0.0] * len(weights), "images": 0, "seconds": 0.0}
-        model.train()
-        with tqdm(total=steps_per_epoch, initial=start, desc=f"{model_name} s{seed} ep {epoch + 1}/{cfg['epochs']}",
-                  leave=False, disable=not (progress and is_main()), mininterval=2.0, unit="step") as bar:
+
+def train_step(s: Setup, img, target, step: int, epoch: int, batch: int, step_hook=None) -> torch.Tensor:
+    """One optimiser step; returns [loss, loss per exit..., aux loss] averaged over processes, on the device."""
+    lr = s.lr(step)
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr
+    img, target = img.to(s.device, non_blocking=True), target.to(s.device, non_blocking=True)
+    with global_seed(batch_seed(s.record.seed, epoch, batch, s.rank)):  # mixup draws from NumPy's generator
+        img, soft = s.targets(img, target)
+    s.optimizer.zero_grad(set_to_none=True)
+    logged = 0
+    for i, (x, y) in enumerate(zip(img.chunk(s.accumulation), soft.chunk(s.accumulation))):
+        last = i == s.accumulation - 1
+        no_sync = s.step_model.no_sync if hasattr(s.step_model, "no_sync") and not last else contextlib.nullcontext
+        with no_sync():
+            if s.train.compile == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            with torch.autocast(s.device.type, dtype=s.amp_dtype or torch.float32, enabled=s.amp_dtype is not None):
+                out = s.step_model(x)
+            losses = exit_losses(out["logits"], y)
+            aux = out["aux_loss"].float()
+            loss = (s.exit_weights * losses).sum() + aux
+            if step_hook is not None:
+                loss = step_hook(step, loss)
+            s.scaler.scale(loss / s.accumulation).backward()
+        logged = logged + torch.cat([loss.detach()[None], losses.detach(), aux.detach()[None]]) / s.accumulation
+    if s.train.clip_grad:
+        s.scaler.unscale_(s.optimizer)
+        torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.train.clip_grad)
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    if s.ema is not None:
+        s.ema.update_parameters(s.model)
+    return all_reduce_mean(logged)
+
+
+def read_losses(s: Setup, state: TrainState) -> None:
+    """Fetch the pending losses (one host read), stop on the first non-finite one, add them to the epoch."""
+    if not state.pending:
+        return
+    values = torch.stack([p[3] for p in state.pending]).float().cpu()
+    bad = (~torch.isfinite(values[:, 0])).nonzero()
+    if len(bad):
+        step, epoch, batch, _ = state.pending[int(bad[0])]
+        good = f"{s.ckpt_path} (step {state.saved_step})" if state.saved_step else "none yet"
+        raise TrainingDiverged(
+            f"loss is {values[int(bad[0]), 0].item()} at epoch {epoch + 1}, step {batch + 1} (global step "
+            f"{step + 1}) of {s.record.model} seed {s.record.seed}; last good checkpoint: {good}; lower train.lr or "
+            f"raise train.warmup_epochs")
+    totals = state.epoch_totals
+    totals["loss"] += float(values[:, 0].sum())
+    totals["exit_loss"] = [a + float(v) for a, v in zip(totals["exit_loss"], values[:, 1:-1].sum(0))]
+    totals["aux"] += float(values[:, -1].sum())
+    state.pending.clear()
+
+
+def curve_point(s: Setup, step: int) -> dict:
+    """The last exit's top-1 on the first curve_images images of calib and of test."""
+    scored = s.ema.module if s.ema is not None else s.model
+    row = {"step": step, "images": step * s.train.global_batch}
+    for split in ("calib", "test"):
+        pred = predict_exits(scored, eval_batches(s.prepared, split, s.img_size, 512, limit=s.train.curve_images,
+                                                  interpolation=s.train.interpolation))
+        row[f"{split}_top1"] = top1_per_exit(pred)[-1]
+    return row
+
+
+def save(s: Setup, state: TrainState) -> None:
+    rng = all_gather_objects(_rng_state(s.device))
+    if is_main():
+        save_checkpoint(s.ckpt_path, {
+            "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
+            "ema": s.ema.state_dict() if s.ema is not None else None, "step": state.step, "log": state.log,
+            "curve": state.curve, "epoch_acc": state.epoch_totals, "rng": rng, "fingerprint": s.fingerprint})
+    state.saved_step = state.step
+
+
+def train_one_epoch(s: Setup, state: TrainState, progress: bool, step_hook=None) -> None:
+    """From the current step to the end of its epoch."""
+    epoch, start = divmod(state.step, s.steps_per_epoch)
+    if start == 0:
+        seed_everything(epoch_seed(s.record.seed, epoch, s.rank))  # drop path etc. of this epoch
+        state.epoch_totals = {"loss": 0.0, "aux": 0.0, "exit_loss": [0.0] * len(s.exit_weights), "images": 0,
+                              "seconds": 0.0}
+    totals = state.epoch_totals
+    s.model.train()
+    show = progress and is_main()
+    with tqdm(total=s.steps_per_epoch, initial=start, desc=f"{s.record.model} s{s.record.seed} ep {epoch + 1}/"
+              f"{s.train.epochs}", leave=False, disable=not show, mininterval=2.0, unit="step") as bar:
+        t0 = time.perf_counter()
+        for b, img, target in s.batches.epoch(epoch, start):
+            state.pending.append((state.step, epoch, b, train_step(s, img, target, state.step, epoch, b, step_hook)))
+            state.step += 1
+            totals["images"] += img.shape[0] * s.world
+            epoch_end = b == s.steps_per_epoch - 1
+            checkpoint = state.step in s.curve_at or epoch_end
+            if checkpoint or len(state.pending) >= s.sync_every:
+                read_losses(s, state)
+                seconds = totals["seconds"] + time.perf_counter() - t0
+                bar.set_postfix(loss=f"{totals['loss'] / max(1, b + 1 - start):.3f}",
+                                img_s=f"{totals['images'] / max(seconds, 1e-9):.0f}", refresh=False)
+            bar.update()
+            if not checkpoint:
+                continue
+            totals["seconds"] += time.perf_counter() - t0  # curve points and checkpoints are not training time
+            if epoch_end:
+                state.log.append(epoch_row(s, totals, epoch))
+                if show:
+                    row = state.log[-1]
+                    tqdm.write(f"{s.record.model} s{s.record.seed} epoch {epoch + 1}/{s.train.epochs}: loss "
+                               f"{row['loss']:.4f}, {row['images_per_s']:.0f} img/s, {row['seconds']:.1f} s")
+            if state.step in s.curve_at and is_main():
+                state.curve.append(curve_point(s, state.step))
+            save(s, state)
             t0 = time.perf_counter()
-            for b, img, target in batches.epoch(epoch, start):
-                lr = lr_at(step, total, warmup, peak, cfg["min_lr"], cfg["warmup_lr"])
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                img, target = img.to(device, non_blocking=True), target.to(device, non_blocking=True)
-                with global_seed(batch_seed(seed, epoch, b, rank)):  # mixup draws from NumPy's generator
-                    img, soft = targets(img, target)
-                with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                    out = model(img)
-                exit_losses = torch.stack([soft_target_ce(lg, soft) for lg in out["logits"]])
-                loss = (weights * exit_losses).sum() + out["aux_loss"].float()
-                if step_hook is not None:
-                    loss = step_hook(step, loss)
-                reduced = all_reduce_mean(torch.cat([loss.detach()[None], exit_losses.detach(),
-                                                     out["aux_loss"].detach().float()[None]]).float()).cpu()
-                if not torch.isfinite(reduced[0]):
-                    good = f"{ckpt_path} (step {saved_step})" if saved_step else "none yet"
-                    raise TrainingDiverged(
-                        f"loss is {reduced[0].item()} at epoch {epoch + 1}, step {b + 1} (global step {step + 1}) of "
-                        f"{model_name} seed {seed}; last good checkpoint: {good}; lower train.lr or raise "
-                        f"train.warmup_epochs")
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if cfg["clip_grad"]:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["clip_grad"])
-                scaler.step(optimizer)
-                scaler.update()
-                if ema is not None:
-                    ema.update_parameters(raw_model)
-                step += 1
-                acc["loss"] += reduced[0].item()
-                acc["exit_loss"] = [a + v for a, v in zip(acc["exit_loss"], reduced[1:-1].tolist())]
-                acc["aux"] += reduced[-1].item()
-                acc["images"] += img.shape[0] * world
-                now = time.perf_counter()
-                bar.update()
-                bar.set_postfix(loss=f"{reduced[0].item():.3f}",
-                                img_s=f"{acc['images'] / (acc['seconds'] + now - t0):.0f}", refresh=False)
-                epoch_end = b == steps_per_epoch - 1
-                if step in curve_at or epoch_end:
-                    acc["seconds"] += now - t0  # curve points and checkpoints are not training time
-                    if epoch_end:
-                        n = steps_per_epoch
-                        row = {"epoch": epoch + 1, "loss": acc["loss"] / n, "aux_loss": acc["aux"] / n, "lr": lr,
-                               "images": acc["images"], "seconds": acc["seconds"],
-                               "images_per_s": acc["images"] / acc["seconds"]}
-                        row.update({f"loss_exit{i + 1}": v / n for i, v in enumerate(acc["exit_loss"])})
-                        log.append(row)
-                        if progress and is_main():
-                            tqdm.write(f"{model_name} s{seed} epoch {epoch + 1}/{cfg['epochs']}: "
-                                       f"loss {row['loss']:.4f}, "
-                                       f"{row['images_per_s']:.0f} img/s, {row['seconds']:.1f} s")
-                    if step in curve_at and is_main():
-                        curve.append(curve_point(step))
-                    rng = all_gather_objects(_rng_state(device))
-                    if is_main():
-                        save_checkpoint(ckpt_path, {
-                            "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "scaler": scaler.state_dict(), "ema": ema.state_dict() if ema is not None else None,
-                            "step": step, "log": log, "curve": curve, "epoch_acc": acc, "rng": rng,
-                            "fingerprint": fingerprint})
-                    saved_step = step
-                    t0 = time.perf_counter()
 
+
+def epoch_row(s: Setup, totals: dict, epoch: int) -> dict:
+    n = s.steps_per_epoch
+    row = {"epoch": epoch + 1, "loss": totals["loss"] / n, "aux_loss": totals["aux"] / n, "lr": s.lr(epoch * n + n - 1),
+           "images": totals["images"], "seconds": totals["seconds"],
+           "images_per_s": totals["images"] / totals["seconds"]}
+    row.update({f"loss_exit{i + 1}": v / n for i, v in enumerate(totals["exit_loss"])})
+    return row
+
+
+def summarise(s: Setup, state: TrainState, startup: float | None) -> dict:
+    """Rank 0 writes the final weights (EMA when the recipe has it) and the training log; returns the log."""
     summary = {}
     if is_main():
-        timed = log[1:] or log  # the first epoch includes warm-up effects
+        timed = state.log[1:] or state.log  # the first epoch includes warm-up effects
         summary = {
-            "model": model_name, "seed": seed, "world_size": world, "fingerprint": fingerprint,
-            "data_fingerprint": desc["fingerprint"], "epochs": cfg["epochs"], "steps_per_epoch": steps_per_epoch,
-            "global_batch": cfg["batch_size"] * world, "images_seen": total * cfg["batch_size"] * world,
-            "train_images": desc["counts"].get("train"), "seconds": sum(r["seconds"] for r in log),
+            "model": s.record.model, "seed": s.record.seed, "world_size": s.world, "fingerprint": s.fingerprint,
+            "data_fingerprint": s.data["fingerprint"], "epochs": s.train.epochs, "steps_per_epoch": s.steps_per_epoch,
+            "global_batch": s.train.global_batch, "per_process_batch": s.train.per_process_batch(s.world),
+            "accumulation": s.accumulation, "images_seen": s.total * s.train.global_batch,
+            "train_images": s.data["counts"].get("train"), "seconds": sum(r["seconds"] for r in state.log),
             "seconds_per_epoch": float(np.mean([r["seconds"] for r in timed])),
             "images_per_s": float(np.mean([r["images_per_s"] for r in timed])),
-            "startup_seconds": startup, "final_loss": log[-1]["loss"], "log": log, "curve": curve,
+            "startup_seconds": startup, "final_loss": state.log[-1]["loss"], "log": state.log, "curve": state.curve,
         }
-        record.write_weights((ema.module if ema is not None else raw_model).state_dict())
-        record.write_train_log(summary)
-    if world > 1:
+        s.record.write_weights((s.ema.module if s.ema is not None else s.model).state_dict())
+        s.record.write_train_log(summary)
+    if s.world > 1:
         torch.distributed.barrier()
     return summary
+
+
+def train_run(*, record: RunRecord, spec, train, prepared: str | Path, progress: bool = True,
+              step_hook=None) -> dict:
+    """Train one run (spec: specs.ModelSpec, train: run_configs.TrainConfig); rank 0 writes its weights and
+    training log into the run folder of `record` and returns the log.
+
+    `step_hook(step, loss) -> loss` is for tests (inject a NaN, stop the process at a step)."""
+    s = set_up(record, spec, train, prepared)
+    state = resume(s, progress)
+    startup = process_age()
+    while state.step < s.total:
+        train_one_epoch(s, state, progress, step_hook)
+    return summarise(s, state, startup)

@@ -10,15 +10,16 @@ from itervision.evaluation.timing import time_exits
 from itervision.models.registry import build_model
 
 
-def profile_model(model_json: dict, profile_json: dict, fvcore: bool = True) -> dict:
+def profile_model(spec, profile, fvcore: bool = True) -> dict:
+    """spec: specs.ModelSpec; profile: run_configs.ProfileConfig."""
     torch.manual_seed(0)
-    model = build_model(model_json["config"], model_json["num_classes"], model_json["in_chans"]).eval()
+    model = build_model(spec.config).eval()
     costs = model_costs(model, fvcore=fvcore)  # on the CPU, before the model moves
     if torch.cuda.is_available():
         model.cuda()
-    p = profile_json
-    timing = time_exits(model, p["timing_batch"], p["timing_warmup"], p["timing_repeats"], p["latency_repeats"])
+    timing = time_exits(model, profile.timing_batch, profile.timing_warmup, profile.timing_repeats,
+                        profile.latency_repeats)
     device = "cuda: " + torch.cuda.get_device_name() if torch.cuda.is_available() else \
         f"cpu, {torch.get_num_threads()} threads"
-    return {"model": model_json["model"], "dataset": model_json["dataset"], "family": model_json["config"]["family"],
-            "costs": costs, "timing": timing, "device": device}
+    return {"model": spec.model, "dataset": spec.dataset, "family": spec.family, "costs": costs, "timing": timing,
+            "device": device}

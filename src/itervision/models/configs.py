@@ -43,6 +43,7 @@ class RecursiveConfig:
     mlp_ratio: float | None = key(0, open_lo=True, **_MLP)
     experts: int | None = key(1, **_MOE)
     experts_per_token: int | None = key(1, **_MOE)
+    moe_kernel: str | None = key(choices=("dense", "grouped"), **_MOE)
     balance_weight: float | None = key(0, **_MOE)
     indexer_kl_weight: float | None = key(0, **_DSA)
     embedding: str = key(choices=("hard", "soft"))
@@ -121,5 +122,18 @@ class SparseFormerConfig:
                 raise ValueError(f"cortex width {self.cortex_dim} is not divisible by {self.memory_heads} memory heads")
 
 
-# family name -> config class; models.NAME.family (default: its architecture's family) picks one
-FAMILY_CONFIGS = {"recursive": RecursiveConfig, "encoder": EncoderConfig, "sparseformer": SparseFormerConfig}
+@dataclass(frozen=True)
+class Family:
+    """A model family: its config class, and the module and class of its model. The module is imported only when
+    a model of the family is built (models/registry.py), so a run's code is its own family's file: the generated
+    DVC files declare exactly that file, and editing one family's model retrains no other family."""
+    config: type
+    module: str
+    model: str
+
+
+# models.NAME.family (default: its architecture's family) picks one
+FAMILIES = {"recursive": Family(RecursiveConfig, "itervision.models.recursive", "RecursiveClassifier"),
+            "encoder": Family(EncoderConfig, "itervision.models.recursive", "EncoderClassifier"),
+            "sparseformer": Family(SparseFormerConfig, "itervision.models.sparseformer", "RecurrentSparseFormer")}
+FAMILY_CONFIGS = {name: f.config for name, f in FAMILIES.items()}

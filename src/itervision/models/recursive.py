@@ -19,10 +19,16 @@ Design choices the summary leaves open (documented in README "Recursive classifi
   and the KL target, with every softmax over dim 1 (torch's CPU softmax over a last dim of 3-18 is ~8x
   slower). The multiply-add accounting counts k keys for both, and so does fvcore: under torch.jit tracing
   (FLOP counting) both run the gathered products.
-* MoE: E experts d -> d -> d with stacked weights. Dispatch sorts the N * m (token, expert) assignments by
-  expert, gathers them into a buffer padded to the largest count (index_select), runs one batched matmul per
-  layer and gathers the outputs back. Under torch.jit tracing (FLOP counting) it runs the exact per-expert
-  products instead, so fvcore counts what each expert computes and not the padding.
+* MoE: E experts d -> h -> d with stacked weights, top-m softmax routing. No step reads anything back from the
+  device (no bincount, no `.item()`): every shape is static, so a step compiles as one graph and runs under CUDA
+  graphs. Two kernels, the same function (tested against a loop over experts, forward and gradients):
+  `dense` computes every expert on every token as ONE gated MLP: the hidden units of expert e are scaled by the
+  token's routing weight for e (zero for the experts it does not use), so the block is two matrix products
+  (E x the expert work of a token; on the CPU at d 64 the per-expert dispatch cost more than it saved);
+  `grouped` runs exactly the routed (token, expert) pairs: tokens sorted by expert (argsort, on the device),
+  torch._grouped_mm with device-side offsets, weighted scatter-add back (CUDA, bf16 autocast; elsewhere it falls
+  back to `dense`). Under torch.jit tracing (FLOP counting) both run the exact per-expert products, so fvcore
+  counts what each expert computes.
 * MoE balancing: Switch form over the m choices, E · Σ_i f_i P_i, which equals 1 at uniform routing.
 """
 from __future__ import annotations
@@ -32,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from itervision.models.configs import EncoderConfig, RecursiveConfig
-from itervision.models.layers import DropPath, Mlp, attend
+from itervision.models.layers import DropPath, Mlp, attend, exit_loss_weights, init_weights
 
 ROLES = ("x", "y", "z")
 
@@ -63,26 +69,23 @@ class RecursiveAttention(nn.Module):
     def __init__(self, dim: int, heads: int, mode: str, topk: int | None = None, kernel: str | None = "masked"):
         super().__init__()
         self.heads, self.head_dim, self.mode, self.topk, self.kernel = heads, dim // heads, mode, topk, kernel
-        kv_dim = dim if mode == "dense" else self.head_dim  # multi-query: K and V shared by all heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, kv_dim)
-        self.v = nn.Linear(dim, kv_dim)
+        self.kv_dim = dim if mode == "dense" else self.head_dim  # multi-query: K and V shared by all heads
+        self.qkv = nn.Linear(dim, dim + 2 * self.kv_dim)  # Q, K and V in one product
         self.proj = nn.Linear(dim, dim)
 
     def forward(self, x, trace: dict | None = None):
         B, L, D = x.shape
         H, dh = self.heads, self.head_dim
-        aux = x.new_zeros(())
+        aux = None  # the indexer's alignment loss (DSA, training only)
         keep, need = L, trace is not None
+        q, k, v = self.qkv(x).split((D, self.kv_dim, self.kv_dim), dim=-1)
         if self.mode == "dense":
-            q = self.q(x).view(B, L, H, dh).transpose(1, 2)  # B H L dh
-            k = self.k(x).view(B, L, H, dh).transpose(1, 2)
-            v = self.v(x).view(B, L, H, dh).transpose(1, 2)
+            q, k, v = (t.reshape(B, L, H, dh).transpose(1, 2) for t in (q, k, v))  # B H L dh
             out, attn = attend(q, k, v, weights=need)
             out = out.transpose(1, 2).reshape(B, L, D)
         else:
-            keep = min(self.topk, L)  # dense whenever L <= k
-            q, k, v = self.q(x), self.k(x), self.v(x)  # B L D, B L dh, B L dh (one shared K/V head)
+            keep = min(self.topk, L)  # dense whenever L <= k (L is a shape: no host read)
+            # q: B L D; k, v: B L dh (one shared K/V head)
             if self.kernel == "gathered" or torch.jit.is_tracing():  # tracing: FLOP counts of the k keys
                 out, attn, index, dense = self._gathered(q, k, v, keep, need)
                 dim = -1
@@ -90,8 +93,10 @@ class RecursiveAttention(nn.Module):
                 out, attn, index, dense = self._masked(q, k, v, keep, need)
                 dim = 1
             if self.training:
-                # Indexer alignment: KL(dense head-averaged attention (detached) || softmax(index scores)).
-                aux = F.kl_div(index.log_softmax(dim), dense, reduction="sum") / (B * L)
+                # Indexer alignment: KL(dense head-averaged attention (detached) || softmax(index scores)), as the
+                # cross-entropy -sum(dense * log softmax(index)): the KL less the detached target's entropy, a
+                # constant, so the same gradients in fewer ops
+                aux = (dense * index.log_softmax(dim)).sum() * (-1.0 / (B * L))
         if trace is not None:
             trace["masked_pairs"] = trace.get("masked_pairs", 0) + B * L * (L - keep)
             trace["total_pairs"] = trace.get("total_pairs", 0) + B * L * L
@@ -106,7 +111,7 @@ class RecursiveAttention(nn.Module):
         instead of calling the fused attention with a mask."""
         B, L, D = q.shape
         H, dh = self.heads, self.head_dim
-        s = (k @ q.view(B, L * H, dh).transpose(1, 2)) * dh ** -0.5  # B Lk (Lq H)
+        s = (k @ q.reshape(B, L * H, dh).transpose(1, 2)) * dh ** -0.5  # B Lk (Lq H)
         index = s.view(B, L, L, H).mean(-1)  # B Lk Lq: indexer scores
         if keep < L:
             sel = index.topk(keep, dim=1).indices.unsqueeze(-1)  # B keep Lq 1
@@ -127,7 +132,7 @@ class RecursiveAttention(nn.Module):
         B, L, D = q.shape
         H, dh = self.heads, self.head_dim
         scale = dh ** -0.5
-        q = q.view(B, L, H, dh).transpose(1, 2)  # B H L dh
+        q = q.reshape(B, L, H, dh).transpose(1, 2)  # B H L dh
         index = (q.mean(1) @ k.transpose(-2, -1)) * scale  # B Lq Lk: indexer scores, head-averaged query
         sel = index.topk(keep, dim=-1).indices  # B L keep
         idx = sel.unsqueeze(-1).expand(-1, -1, -1, dh)
@@ -145,100 +150,113 @@ class RecursiveAttention(nn.Module):
 
 
 class MoE(nn.Module):
-    """Top-m of E experts (d -> hidden -> d, GELU) per token, softmax router, batched dispatch."""
+    """Top-m of E experts (d -> hidden -> d, GELU) per token, softmax router, weights renormalised over the m;
+    the `dense` or `grouped` kernel (module docstring). Expert e's first layer is w1[e] (hidden x d) and b1[e],
+    its second w2[e] (hidden x d, applied as h @ w2[e]) and b2[e]."""
 
-    def __init__(self, dim: int, hidden: int, experts: int, top: int):
+    def __init__(self, dim: int, hidden: int, experts: int, top: int, kernel: str = "dense"):
         super().__init__()
-        self.num_experts, self.top = experts, top
+        self.num_experts, self.top, self.hidden, self.kernel = experts, top, hidden, kernel
         self.router = nn.Linear(dim, experts)
-        self.w1 = nn.Parameter(torch.empty(experts, dim, hidden))
+        self.w1 = nn.Parameter(torch.empty(experts, hidden, dim))
         self.b1 = nn.Parameter(torch.zeros(experts, hidden))
         self.w2 = nn.Parameter(torch.empty(experts, hidden, dim))
         self.b2 = nn.Parameter(torch.zeros(experts, dim))
-        for w in (self.w1, self.w2):  # each expert as a Linear with Xavier init
+        for w in (self.w1, self.w2):  # each expert layer as a Linear with Xavier init
             for e in range(experts):
-                nn.init.xavier_uniform_(w.data[e].T)
+                nn.init.xavier_uniform_(w.data[e])
 
     def route(self, x2d):
-        probs = self.router(x2d).softmax(-1)  # N E
-        weight, idx = probs.topk(self.top, dim=-1)  # N m
-        return probs, weight / weight.sum(-1, keepdim=True), idx
+        """(router probabilities N x E, weights of the top m renormalised over them N x m, their experts N x m).
+        The softmax of the top-m logits equals the top-m probabilities renormalised, in fewer ops."""
+        logits = self.router(x2d)
+        top, idx = logits.topk(self.top, dim=-1)
+        return logits.softmax(-1), top.softmax(-1), idx
 
     def expert(self, e: int, x):
-        return torch.addmm(self.b2[e], F.gelu(torch.addmm(self.b1[e], x, self.w1[e])), self.w2[e])
+        return F.gelu(x @ self.w1[e].t() + self.b1[e]) @ self.w2[e] + self.b2[e]
 
     def forward(self, x, trace: dict | None = None):
         shape = x.shape
         x2d = x.reshape(-1, shape[-1])
-        N, E, m = x2d.shape[0], self.num_experts, self.top
         probs, weight, idx = self.route(x2d)
-        n_assign = idx.numel()
-        flat = idx.reshape(-1)  # assignment a = token * m + slot
-        counts = torch.bincount(flat, minlength=E)
-        if torch.jit.is_tracing():  # FLOP counting: each expert on exactly its own tokens, no padding
-            out = torch.zeros_like(x2d)
-            for e in range(E):
-                token, slot = (idx == e).nonzero(as_tuple=True)
-                out = out.index_add(0, token, self.expert(e, x2d[token]) * weight[token, slot, None])
+        gate = torch.zeros_like(probs).scatter(1, idx, weight)  # N E: the routing weight, 0 off the top m
+        counts = (gate > 0).sum(0).to(probs.dtype)  # assignments per expert (softmax weights are never 0)
+        if torch.jit.is_tracing():  # FLOP counting: each expert on exactly its own tokens
+            out = self._per_expert(x2d, weight, idx)
+        elif self.kernel == "grouped" and x.is_cuda and torch.is_autocast_enabled("cuda"):
+            out = self._grouped(x2d, weight, idx, counts)
         else:
-            cap = int(counts.max())  # rows per expert in the padded buffer
-            order = flat.argsort(stable=True)  # assignments sorted by expert
-            expert_of = flat[order]
-            start = torch.cumsum(counts, 0) - counts
-            row = expert_of * cap + torch.arange(n_assign, device=x.device) - start[expert_of]  # buffer row
-            where = torch.empty_like(row).scatter_(0, order, row)  # buffer row of each assignment, token order
-            source = torch.full((E * cap,), N, dtype=torch.long, device=x.device).scatter_(0, row, order // m)
-            # Gathers (index_select; backward: one index_add) rather than indexed assignment into a zero
-            # buffer, whose backward is an accumulating index_put (3x slower here). Padding rows read the
-            # appended zero row N and are never read back. (Per-expert matmuls on the sorted rows skip the
-            # padding but were slower in the whole model here; make benchmark: MoE dispatch.)
-            buf = torch.cat([x2d, x2d.new_zeros(1, shape[-1])]).index_select(0, source).view(E, cap, -1)
-            h = F.gelu(torch.baddbmm(self.b1[:, None], buf, self.w1))  # E, cap, hidden: one matmul per layer
-            y = torch.baddbmm(self.b2[:, None], h, self.w2).view(E * cap, -1)
-            y = y.index_select(0, where).view(N, m, -1)  # (token, slot) order
-            out = (y * weight[..., None].to(y.dtype)).sum(1).to(x2d.dtype)
-        f = counts.to(x.dtype) / n_assign  # share of the N*m assignments per expert
-        balance = self.num_experts * (f * probs.mean(0)).sum()
+            out = self._dense(x2d, gate)
+        # Switch balancing over the m choices: E * sum_i f_i P_i, f_i the share of the N*m assignments (the
+        # constant folded into the counts, which carry no gradient)
+        balance = (counts * (self.num_experts / idx.numel()) * probs.mean(0)).sum()
         if trace is not None:
             trace.setdefault("expert_counts", []).append(counts.detach())
         return out.reshape(shape), balance
 
+    def _dense(self, x2d, gate):
+        """Every expert on every token as one gated MLP: hidden units of expert e scaled by the routing weight."""
+        N, E, Hd = x2d.shape[0], self.num_experts, self.hidden
+        h = F.gelu(F.linear(x2d, self.w1.reshape(E * Hd, -1), self.b1.reshape(-1)))  # N, E*hidden
+        h = (h.view(N, E, Hd) * gate.to(h.dtype)[..., None]).view(N, E * Hd)
+        return h @ self.w2.reshape(E * Hd, -1).to(h.dtype) + gate.to(h.dtype) @ self.b2.to(h.dtype)
+
+    def _grouped(self, x2d, weight, idx, counts):
+        """Exactly the routed (token, expert) pairs: sorted by expert, torch._grouped_mm with device-side offsets."""
+        m = self.top
+        flat = idx.reshape(-1)
+        order = flat.argsort(stable=True)  # assignments sorted by expert
+        token, expert_of = order // m, flat[order]
+        offsets = counts.to(torch.int32).cumsum(0, dtype=torch.int32)
+        dt = torch.get_autocast_dtype("cuda")
+        xs = x2d.index_select(0, token).to(dt)
+        h = torch._grouped_mm(xs, self.w1.transpose(1, 2).to(dt), offs=offsets) + self.b1[expert_of].to(dt)
+        y = torch._grouped_mm(F.gelu(h), self.w2.to(dt), offs=offsets) + self.b2[expert_of].to(dt)
+        y = y * weight.reshape(-1)[order, None].to(dt)
+        return torch.zeros_like(x2d, dtype=dt).index_add_(0, token, y)
+
+    def _per_expert(self, x2d, weight, idx):
+        out = torch.zeros_like(x2d)
+        for e in range(self.num_experts):
+            token, slot = (idx == e).nonzero(as_tuple=True)
+            out = out.index_add(0, token, self.expert(e, x2d[token]) * weight[token, slot, None])
+        return out
+
 
 class Block(nn.Module):
-    def __init__(self, cfg: RecursiveConfig, drop_path: float):
+    """Pre-LN transformer block of the recursion: attention (dense or DSA), then FFN (MLP or MoE)."""
+
+    def __init__(self, dim: int, heads: int, *, attention: str, topk: int | None, dsa_kernel: str | None, ffn: str,
+                 mlp_ratio: float | None, experts: int | None, experts_per_token: int | None,
+                 moe_kernel: str | None, balance_weight: float | None, indexer_kl_weight: float | None,
+                 drop_path: float):
         super().__init__()
-        d = cfg.dim
-        self.norm1 = nn.LayerNorm(d)
-        self.attn = RecursiveAttention(d, cfg.heads, cfg.attention, cfg.topk, cfg.dsa_kernel)
-        self.norm2 = nn.LayerNorm(d)
-        if cfg.ffn == "mlp":
-            self.ffn = Mlp(d, int(d * cfg.mlp_ratio))
+        self.balance_weight, self.indexer_kl_weight = balance_weight or 0.0, indexer_kl_weight or 0.0
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = RecursiveAttention(dim, heads, attention, topk, dsa_kernel)
+        self.norm2 = nn.LayerNorm(dim)
+        if ffn == "mlp":
+            self.ffn = Mlp(dim, int(dim * mlp_ratio))
         else:
-            self.ffn = MoE(d, d, cfg.experts, cfg.experts_per_token)  # experts are d -> d -> d
+            self.ffn = MoE(dim, dim, experts, experts_per_token, moe_kernel)  # experts are d -> d -> d
         self.drop_path = DropPath(drop_path)
 
     def forward(self, x, trace=None):
+        """(x, the block's weighted auxiliary loss or None when it has none)."""
+        aux = []
         a, idx_loss = self.attn(self.norm1(x), trace)
         x = x + self.drop_path(a)
+        if idx_loss is not None and self.indexer_kl_weight:
+            aux.append(self.indexer_kl_weight * idx_loss)
         if isinstance(self.ffn, MoE):
             f, balance = self.ffn(self.norm2(x), trace)
+            if self.balance_weight:
+                aux.append(self.balance_weight * balance)
         else:
-            f, balance = self.ffn(self.norm2(x)), x.new_zeros(())
+            f = self.ffn(self.norm2(x))
         x = x + self.drop_path(f)
-        return x, balance, idx_loss
-
-
-def _init_weights(m):
-    if isinstance(m, nn.Linear):
-        nn.init.xavier_uniform_(m.weight)  # width-aware; std 0.02 is tuned for d = 768 and too small at d = 64
-        if m.bias is not None:
-            nn.init.zeros_(m.bias)
-    elif isinstance(m, nn.Conv2d):
-        nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-        nn.init.zeros_(m.bias)
-    elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
-        nn.init.ones_(m.weight)
-        nn.init.zeros_(m.bias)
+        return x, (aux[0] if len(aux) == 1 else sum(aux) if aux else None)
 
 
 class RecursiveClassifier(nn.Module):
@@ -254,10 +272,14 @@ class RecursiveClassifier(nn.Module):
         self.role = nn.Parameter(torch.zeros(3, d))  # role embeddings for x, y, z tokens
         self.class_embed = nn.Parameter(torch.zeros(cfg.num_classes, d))
         dpr = torch.linspace(0, cfg.drop_path, cfg.blocks).tolist()
-        self.blocks = nn.ModuleList(Block(cfg, p) for p in dpr)
+        self.blocks = nn.ModuleList(
+            Block(d, cfg.heads, attention=cfg.attention, topk=cfg.topk, dsa_kernel=cfg.dsa_kernel, ffn=cfg.ffn,
+                  mlp_ratio=cfg.mlp_ratio, experts=cfg.experts, experts_per_token=cfg.experts_per_token,
+                  moe_kernel=cfg.moe_kernel, balance_weight=cfg.balance_weight,
+                  indexer_kl_weight=cfg.indexer_kl_weight, drop_path=p) for p in dpr)
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, cfg.num_classes)
-        self.apply(_init_weights)
+        self.apply(init_weights)
         # y0, z0 and the role embeddings start at zero, so at init the y token carries only what it reads
         # from the image token (a constant offset there would swamp the image signal after LayerNorm).
         nn.init.trunc_normal_(self.class_embed, std=0.02)
@@ -268,16 +290,14 @@ class RecursiveClassifier(nn.Module):
         return self.cfg.steps
 
     def exit_loss_weights(self) -> list[float]:
-        T = self.cfg.steps
-        if self.cfg.step_loss == "mean" or T == 1:
-            return [1.0 / T] * T
-        return [self.cfg.earlier_weight / (T - 1)] * (T - 1) + [1.0]
+        return exit_loss_weights(self.cfg.steps, self.cfg.earlier_weight if self.cfg.step_loss == "last_plus" else None)
 
     def embed_prediction(self, logits):
         probs = logits.softmax(-1)
         if self.cfg.embedding == "soft":
             return probs @ self.class_embed
-        hard = F.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
+        # one-hot by scatter: F.one_hot checks its indices' range on the host (a device sync per step)
+        hard = torch.zeros_like(probs).scatter_(-1, probs.argmax(-1, keepdim=True), 1.0)
         return (hard + probs - probs.detach()) @ self.class_embed  # straight-through
 
     def forward(self, img, exits: int | None = None, trace: bool = False):
@@ -286,14 +306,15 @@ class RecursiveClassifier(nn.Module):
         x = self.encoder(img) + self.role[0]  # computed once per image
         y = self.y0.expand(B, -1) + self.role[1]
         Z = [self.z0.expand(B, -1)]
-        logits_all, aux, traces = [], img.new_zeros(()), []
+        logits_all, aux, traces = [], [], []
         steps = exits or self.cfg.steps
         for t in range(1, steps + 1):
             h = torch.cat([x[:, None], y[:, None], torch.stack(Z, 1) + self.role[2]], dim=1)  # B, t+2, d
             step_trace = {} if trace else None
             for blk in self.blocks:
-                h, balance, idx_loss = blk(h, step_trace)
-                aux = aux + (self.cfg.balance_weight or 0.0) * balance + (self.cfg.indexer_kl_weight or 0.0) * idx_loss
+                h, block_aux = blk(h, step_trace)
+                if block_aux is not None:
+                    aux.append(block_aux)
             h = self.norm(h)
             logits = self.head(h[:, 1])
             logits_all.append(logits)
@@ -301,7 +322,9 @@ class RecursiveClassifier(nn.Module):
             Z.append(h[:, -1])
             if trace:
                 traces.append(step_trace)
-        out = {"logits": logits_all, "aux_loss": aux / (steps * self.cfg.blocks)}
+        # the auxiliary losses (MoE balancing, indexer alignment): mean over the block calls, summed once
+        aux_loss = torch.stack(aux).sum() / (steps * self.cfg.blocks) if aux else img.new_zeros(())
+        out = {"logits": logits_all, "aux_loss": aux_loss}
         if trace:
             out["trace"] = summarise_traces(traces)
         return out
@@ -316,13 +339,13 @@ class EncoderClassifier(nn.Module):
         self.encoder = ConvEncoder(cfg.in_chans, cfg.encoder_widths, cfg.dim)
         self.norm = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.num_classes)
-        self.apply(_init_weights)
+        self.apply(init_weights)
         self.encoder.to(memory_format=torch.channels_last)  # see ConvEncoder.forward
 
     num_exits = 1
 
     def exit_loss_weights(self) -> list[float]:
-        return [1.0]
+        return exit_loss_weights(1, None)
 
     def forward(self, img, exits: int | None = None):
         return {"logits": [self.head(self.norm(self.encoder(img)))], "aux_loss": img.new_zeros(())}

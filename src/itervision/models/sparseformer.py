@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from itervision.models.configs import SparseFormerConfig
-from itervision.models.layers import DropPath, Mlp, attend
+from itervision.models.layers import DropPath, Mlp, attend, exit_loss_weights, init_weights
 
 
 def tiling_boxes(n: int) -> torch.Tensor:
@@ -238,7 +238,7 @@ class RecurrentSparseFormer(nn.Module):
         self.memory = MemoryRead(cfg.cortex_dim, cfg.memory_heads) if cfg.memory and len(cfg.rounds) > 1 else None
         self.norm = nn.LayerNorm(cfg.cortex_dim)
         self.head = nn.Linear(cfg.cortex_dim, cfg.num_classes)
-        self.apply(self._init_weights)
+        self.apply(init_weights)
         for emb in self.token_embed:
             nn.init.trunc_normal_(emb, std=1.0, a=-2.0, b=2.0)
         for m in self.modules():
@@ -246,25 +246,12 @@ class RecurrentSparseFormer(nn.Module):
                 m.init_special()
         self.stem.to(memory_format=torch.channels_last)  # see Stem.forward
 
-    @staticmethod
-    def _init_weights(m):
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_uniform_(m.weight)  # width-aware; std 0.02 is tuned for wide models
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-
     @property
     def num_exits(self) -> int:
         return len(self.cfg.rounds)
 
     def exit_loss_weights(self) -> list[float]:
-        R = len(self.cfg.rounds)
-        if R == 1:
-            return [1.0]
-        return [self.cfg.earlier_weight / (R - 1)] * (R - 1) + [1.0]
+        return exit_loss_weights(len(self.cfg.rounds), self.cfg.earlier_weight)
 
     def no_weight_decay(self) -> set[str]:
         """Names excluded from weight decay beyond 1-D parameters and biases (timm convention): the boxes."""

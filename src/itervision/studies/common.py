@@ -1,4 +1,4 @@
-"""What both studies' analyses share: reading every expected run once (naming every broken one), learning
+"""What the studies' analyses share: reading every expected run once (naming every broken one), learning
 curves over seeds, and the training budget each model had."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from itervision.errors import UserError
 from itervision.params import Params
-from itervision.pipeline import expected_runs, study_models
+from itervision.matrix import expected_runs, study_models
 from itervision.runs import RunRecord, load_all, load_profile
 from itervision.stats import mean_ci
 

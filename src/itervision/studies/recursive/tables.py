@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from itervision.layout import reference_csv
 from itervision.reporting.tables import (budget_note, fmt_ci, fmt_num, fmt_p, fmt_params, load_reference,
                                          write_table)
 
-REFERENCE = Path("data/reference/recursive.csv")
 ABLATION_TABLES = (("k_ablation", "topk", "Table 3. Sparsity budget ablation", "k", "table3_k_ablation"),
                    ("depth_ablation", "steps", "Table 4. Depth ablation", "steps", "table4_depth_ablation"),
                    ("embedding_ablation", "embedding", "Table 5. Hard vs soft prediction embedding", "embedding",
@@ -19,13 +19,9 @@ def _diff_cells(c: dict | None) -> list:
     return [fmt_ci(c), fmt_p(c.get("p_holm")), f"{c['wins']}/{c['n']}", fmt_p(c.get("p_sign_flip"))]
 
 
-def write_tables(agg: dict, out_dir: Path) -> None:
-    ref = load_reference(REFERENCE)
-    n_main, n_abl = len(agg["seeds"]), len(agg["ablation_seeds"])
+def table1_accuracy(agg: dict, ref: dict, out_dir: Path) -> None:
+    n_main = len(agg["seeds"])
     small = "n < 5: descriptive only (rule 4)." if n_main < 5 else "Significant only where Holm p < 0.05."
-    budgets = agg["budgets"]
-
-    # Table 1
     rows = []
     diffs = {(c["dataset"], c["model"]): c for c in agg["accuracy_differences"]}
     for ds, models in agg["accuracy"].items():
@@ -43,19 +39,20 @@ def write_tables(agg: dict, out_dir: Path) -> None:
                  + small,
                  "encoder-only is the same conv encoder with a linear head and no recursion (not in either document): "
                  "its difference to the baseline says what the recursion adds.",
-                 budget_note(budgets, list(agg["accuracy"][agg["datasets"][0]])),
+                 budget_note(agg["budgets"], list(agg["accuracy"][agg["datasets"][0]])),
                  "Published margins over SA-MLP: 0.2–0.7 points (single seed 42)."])
 
-    # Table 2
+
+def table2_efficiency(agg: dict, ref: dict, out_dir: Path) -> None:
     rows = []
-    pub_time = {m: ref.get(("all", m, "seconds_per_epoch")) for m in agg["efficiency"]}
     for m, e in agg["efficiency"].items():
         rows.append([m, fmt_params(e["stored_params"]), fmt_params(e["active_params"]),
                      fmt_num(e["block_mac_ratio"], 3), fmt_num(e["avg_sparsity_formula"], 3),
                      fmt_ci(e["avg_sparsity_measured"], 1, 3), f"{e['macs_per_image'] / 1e6:.2f}M",
                      fmt_ci(e["speed"]["images_per_s"], 1, 0), fmt_ci(e["time_ratio_to_baseline"], 1, 3),
                      fmt_params(ref.get(("all", m, "active_params"))),
-                     fmt_num(ref.get(("all", m, "block_mac_ratio")), 2), fmt_num(pub_time.get(m), 0)])
+                     fmt_num(ref.get(("all", m, "block_mac_ratio")), 2),
+                     fmt_num(ref.get(("all", m, "seconds_per_epoch")), 0)])
     write_table(out_dir / "table2_efficiency", "Table 2. Efficiency",
                 ["variant", "stored params", "active params", "block MAC ratio", "avg sparsity (formula)",
                  "avg sparsity (measured)", "MACs/image", "training images/s", "time per image, ratio to baseline",
@@ -66,19 +63,22 @@ def write_tables(agg: dict, out_dir: Path) -> None:
                  "`python -m itervision.describe --model NAME --scale paper` gives 13.13M / 7.10M / 0.52 / 0.358 at "
                  "the paper configuration."])
 
-    # Tables 3-5
-    for name, key, title, label, stem in ABLATION_TABLES:
-        rows = [[r[key], r["model"], fmt_num(r["avg_sparsity_formula"], 3), fmt_ci(r["avg_sparsity_measured"], 1, 3),
-                 fmt_ci(r["top1"]), *_diff_cells(r.get("difference"))] for r in agg[name]]
-        notes = [f"Dataset {agg['ablation_dataset']}, seeds {agg['ablation_seeds']} (n = {n_abl}"
-                 + ("; descriptive only" if n_abl < 5 else "") + f"); every row against {agg['reference']}; "
-                 "Holm over this table's comparisons.", budget_note(budgets, [r["model"] for r in agg[name]])]
-        if name == "k_ablation":
-            notes.append("Published: k=6 gives 36% sparsity, k=2 75% and -3.2 points on CIFAR-10 (16 steps).")
-        write_table(out_dir / stem, title, [label, "model", "avg sparsity (formula)", "avg sparsity (measured)",
-                                            "top-1 mean ± 95% CI (n)", "diff to reference (points)", "Holm p",
-                                            "wins", "sign-flip p"], rows, notes)
 
+def ablation_table(agg: dict, out_dir: Path, name: str, key: str, title: str, label: str, stem: str) -> None:
+    n_abl = len(agg["ablation_seeds"])
+    rows = [[r[key], r["model"], fmt_num(r["avg_sparsity_formula"], 3), fmt_ci(r["avg_sparsity_measured"], 1, 3),
+             fmt_ci(r["top1"]), *_diff_cells(r.get("difference"))] for r in agg[name]]
+    notes = [f"Dataset {agg['ablation_dataset']}, seeds {agg['ablation_seeds']} (n = {n_abl}"
+             + ("; descriptive only" if n_abl < 5 else "") + f"); every row against {agg['reference']}; "
+             "Holm over this table's comparisons.", budget_note(agg["budgets"], [r["model"] for r in agg[name]])]
+    if name == "k_ablation":
+        notes.append("Published: k=6 gives 36% sparsity, k=2 75% and -3.2 points on CIFAR-10 (16 steps).")
+    write_table(out_dir / stem, title, [label, "model", "avg sparsity (formula)", "avg sparsity (measured)",
+                                        "top-1 mean ± 95% CI (n)", "diff to reference (points)", "Holm p",
+                                        "wins", "sign-flip p"], rows, notes)
+
+
+def table4b_per_step(agg: dict, out_dir: Path) -> None:
     ps = agg["per_step"]
     models = list(ps)
     steps = max(len(v["top1"]) for v in ps.values())
@@ -89,7 +89,8 @@ def write_tables(agg: dict, out_dir: Path) -> None:
                 ["Every step is an exit; same weights, read after each recursion step. Main models on seeds "
                  f"{agg['seeds']}, ablations on {agg['ablation_seeds']}."])
 
-    # Table 6
+
+def table6_traces(agg: dict, out_dir: Path) -> None:
     tr = agg["traces"]
     rows = []
     for i in range(len(tr["sparsity_measured"])):
@@ -100,3 +101,13 @@ def write_tables(agg: dict, out_dir: Path) -> None:
                 ["step", "sparsity (measured)", "expert utilisation (share per expert)", "attention mass on x",
                  "on y", "on Z (history)"], rows,
                 ["Attention mass a token role receives, averaged over queries, heads, blocks and images."])
+
+
+def write_tables(agg: dict, out_dir: Path) -> None:
+    ref = load_reference(reference_csv("recursive"))
+    table1_accuracy(agg, ref, out_dir)
+    table2_efficiency(agg, ref, out_dir)
+    for spec in ABLATION_TABLES:
+        ablation_table(agg, out_dir, *spec)
+    table4b_per_step(agg, out_dir)
+    table6_traces(agg, out_dir)

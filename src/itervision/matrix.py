@@ -1,24 +1,23 @@
-"""Which runs exist: the single place that maps params to runs, prepared data and resolved configs.
+"""The run matrix: the single place that maps params to runs, prepared data and resolved configs.
 
-Studies (`recursive`, `sparseformer`) list datasets, main models (run with `seeds`) and ablation models (run
-with `ablation_seeds`, a prefix of `seeds`, on `ablation_datasets`), so every comparison stays paired. The
-aggregate stages read exactly the runs listed here, never a glob, so stale outputs of a shrunk matrix are
-never read.
+Each study (studies/) lists datasets, main models (run with `seeds`) and ablation models (run with
+`ablation_seeds`, a prefix of `seeds`, on `ablation_datasets`), so every comparison stays paired. The aggregate
+stages read exactly the runs listed here, never a glob, so stale outputs of a shrunk matrix are never read.
 """
 from __future__ import annotations
 
 from itervision.errors import UserError
-from itervision.params import STUDIES, Params
+from itervision.params import Params, model_config, train_config
 from itervision.runs import RunRecord
+from itervision.specs import ModelSpec, RunSpec
 
 
 def study_of(p: Params, model: str) -> str:
-    for study in STUDIES:
-        s = p.study(study)
+    for name, s in p.studies.items():
         if model in s.main + s.ablations:
-            return study
-    raise UserError(f"model '{model}' is in no study; add it to recursive.main/ablations or "
-                    f"sparseformer.main/ablations")
+            return name
+    raise UserError(f"model '{model}' is in no study; add it to the main or ablations list of one of "
+                    f"{', '.join(p.studies)}")
 
 
 def is_ablation(p: Params, model: str) -> bool:
@@ -46,14 +45,6 @@ def expected_runs(p: Params, study: str) -> list[RunRecord]:
             for seed in seeds_for(p, m)]
 
 
-def run_record(p: Params, dataset: str, model: str, seed: int, study: str | None = None) -> RunRecord:
-    study = study or study_of(p, model)
-    if dataset not in model_datasets(p, model):
-        raise UserError(f"model '{model}' does not run on '{dataset}' in params ({study}: "
-                        f"{', '.join(model_datasets(p, model))})")
-    return RunRecord(study, dataset, model, seed, is_ablation(p, model))
-
-
 def dataset_shape(p: Params, dataset: str) -> tuple[int, int]:
     """(classes, channels) of a prepared dataset, from params alone (the subset's class list)."""
     from itervision.data.registry import DATASETS
@@ -68,21 +59,28 @@ def dataset_shape(p: Params, dataset: str) -> tuple[int, int]:
     return n, DATASETS[dataset].channels
 
 
+def model_spec(p: Params, model: str, dataset: str) -> ModelSpec:
+    """The resolved, typed model of a (dataset, model): its family config with the dataset's classes and
+    channels."""
+    from itervision.models.registry import config_from_dict
+
+    classes, chans = dataset_shape(p, dataset)
+    config = config_from_dict(model_config(p, model, dataset), classes, chans, f"models.{model} (on {dataset})")
+    return ModelSpec(model=model, study=study_of(p, model), dataset=dataset, config=config)
+
+
+def run_spec(p: Params, model: str, dataset: str) -> RunSpec:
+    return RunSpec(train=train_config(p, dataset, study_of(p, model)), evaluate=p.evaluate)
+
+
 def resolved_configs(p: Params) -> dict:
-    """{(dataset, model): {"model.json": ..., "run.json": ..., "profile.json": ...}} for every model of both
-    studies: what stages run and profile read (written by stage configure into configs/resolved/)."""
-    from itervision.params import model_config, train_config
+    """{(dataset, model): {"model.json": ..., "run.json": ..., "profile.json": ...}} for every model of every
+    study: what stages run and profile read (written by stage configure into configs/resolved/)."""
     from itervision.schema import as_dict
 
     out = {}
-    for study in STUDIES:
+    for study in p.studies:
         for ds, m in study_models(p, study):
-            classes, chans = dataset_shape(p, ds)
-            out[(ds, m)] = {
-                "model.json": {"model": m, "study": study, "dataset": ds, "num_classes": classes, "in_chans": chans,
-                               "config": model_config(p, m, ds)},
-                "run.json": {"train": train_config(p, ds, study), "evaluate": as_dict(p.evaluate)},
-                "profile.json": as_dict(p.profile),
-            }
+            out[(ds, m)] = {"model.json": model_spec(p, m, ds).to_json(), "run.json": run_spec(p, m, ds).to_json(),
+                            "profile.json": as_dict(p.profile)}
     return out
-

@@ -1,0 +1,284 @@
+"""GPU benchmark of every paper configuration (`make gpu-benchmark`): writes benchmarks/results/<gpu>.json, which
+`make paper-plan GPU=<gpu>` plans from. Prints figures only; nothing here is a test.
+
+For each (study, dataset, model) of the paper scale, the training step as stages/run.py takes it (soft targets
+with the recipe's mixup/CutMix, forward at every exit under bf16 autocast, weighted soft-target CE + auxiliary
+loss, backward, clipping, AdamW) on random images:
+    training images/s at the per-GPU batch of the plan (global batch / 8 GPUs) and at 4x it, peak memory;
+and for the main models of each study:
+    CUDA kernels and host syncs per step (torch.profiler; torch.cuda.set_sync_debug_mode counts every sync),
+    torch.compile time and speed-up (train.compile = reduce-overhead: CUDA graphs),
+    evaluation images/s and batch-1 latency per exit.
+Work is ordered by what the plan and the speed claims need most, within a time budget (--budget-seconds); what
+the budget leaves out is listed in the file as skipped. The file is rewritten after every measurement, so an
+interrupted run keeps what it measured. Without CUDA it says so in one line and exits 0 (--device cpu runs the
+same code on the CPU, for checking the script itself).
+
+    PYTHONPATH=src python benchmarks/gpu_speed.py [--budget-seconds 420] [--out benchmarks/results/GPU.json]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses
+from itervision.matrix import model_spec, run_spec, study_models
+from itervision.models.registry import build_model
+from itervision.params import check_params
+from itervision.scales import render_scale
+
+PLAN_GPUS = 8  # the paper plan: torchrun --nproc_per_node=8
+MAIN = {"recursive": ("sa-mlp", "dsa-moe", "sa-moe", "encoder-only"),
+        "sparseformer": ("sf-recurrent", "sf-static-16", "sf-static-25")}
+
+
+class Bench:
+    def __init__(self, args):
+        self.args, self.t0 = args, time.perf_counter()
+        self.device = torch.device(args.device)
+        self.p = check_params(render_scale(args.scale))
+        name = torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu"
+        self.out = Path(args.out or f"benchmarks/results/{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json")
+        self.result = {"gpu": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                       "source": "make gpu-benchmark (benchmarks/gpu_speed.py)", "per_gpu_batch_rule":
+                       f"global batch / {PLAN_GPUS}", "configs": {}, "skipped": [], "errors": []}
+
+    # ------------------------------------------------------------------ helpers
+    def left(self) -> float:
+        return self.args.budget_seconds - (time.perf_counter() - self.t0)
+
+    def save(self):
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.result, indent=1) + "\n")
+        tmp.replace(self.out)
+
+    def entry(self, study, ds, m) -> dict:
+        return self.result["configs"].setdefault(f"{study}/{ds}/{m}", {})
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def build(self, study, ds, m, **config_changes):
+        spec = model_spec(self.p, m, ds)
+        config = dataclasses.replace(spec.config, **config_changes) if config_changes else spec.config
+        torch.manual_seed(0)
+        model = build_model(config).to(self.device)
+        train = run_spec(self.p, m, ds).train
+        return model, train
+
+    def step_fn(self, model, train, compiled=None):
+        """One training step as stages/run.py takes it (world 1)."""
+        opt = build_optimizer(model, train)
+        targets = SoftTargets(train, model.cfg.num_classes)
+        weights = torch.tensor(model.exit_loss_weights(), device=self.device)
+        forward = model if compiled is None else compiled
+        cudagraphs = compiled is not None and self.args.compile_mode == "reduce-overhead"
+
+        def step(img, target):
+            img, soft = targets(img, target)
+            opt.zero_grad(set_to_none=True)
+            if cudagraphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                out = forward(img)
+            loss = (weights * exit_losses(out["logits"], soft)).sum() + out["aux_loss"].float()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train.clip_grad)
+            opt.step()
+        return step
+
+    def batch(self, model, n):
+        c = model.cfg
+        return (torch.randn(n, c.in_chans, c.img_size, c.img_size, device=self.device),
+                torch.randint(0, c.num_classes, (n,), device=self.device))
+
+    def timed(self, step, img, target, warmup, steps) -> float:
+        for _ in range(warmup):
+            step(img, target)
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(img, target)
+        self.sync()
+        return len(img) * steps / (time.perf_counter() - t0)
+
+    def attempt(self, what: str, fn):
+        try:
+            fn()
+        except Exception as err:  # one configuration failing must not lose the others' figures
+            self.result["errors"].append(f"{what}: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
+            print(f"  {what}: FAILED {type(err).__name__}: {str(err).splitlines()[0][:200]}", flush=True)
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        self.save()
+
+    # ------------------------------------------------------------------ measurements
+    def train_speed(self, study, ds, m, batches, label="train_images_per_s", **config_changes):
+        model, train = self.build(study, ds, m, **config_changes)
+        step = self.step_fn(model, train)
+        rates, memory = {}, {}
+        for b in batches:
+            img, target = self.batch(model, b)
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            rates[str(b)] = self.timed(step, img, target, self.args.warmup, self.args.steps)
+            if self.device.type == "cuda":
+                memory[str(b)] = torch.cuda.max_memory_allocated() / 2 ** 30
+        e = self.entry(study, ds, m)
+        e[label] = rates
+        if memory:
+            e[label.replace("train_images_per_s", "peak_gib")] = memory
+        print(f"{study}/{ds}/{m}{' ' + str(config_changes) if config_changes else ''}: "
+              + ", ".join(f"b{b} {v:,.0f} img/s" for b, v in rates.items())
+              + (", peak " + ", ".join(f"{v:.2f} GiB" for v in memory.values()) if memory else ""), flush=True)
+
+    def kernels_and_syncs(self, study, ds, m, batch, prefix="", **config_changes):
+        """CUDA kernels of one step (profiler) and host syncs per step (sync debug mode)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        model, train = self.build(study, ds, m, **config_changes)
+        step = self.step_fn(model, train)
+        img, target = self.batch(model, batch)
+        for _ in range(self.args.warmup):
+            step(img, target)
+        self.sync()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step(img, target)
+                self.sync()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step(img, target)
+            self.sync()
+        kernels = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+        e = self.entry(study, ds, m)
+        e[prefix + "kernels_per_step"], e[prefix + "host_syncs_per_step"], e["kernels_batch"] = kernels, syncs, batch
+        print(f"{study}/{ds}/{m}{' ' + str(config_changes) if config_changes else ''} b{batch}: {kernels:,} CUDA "
+              f"kernels, {syncs} host syncs per step", flush=True)
+
+    def moe_kernels_agree(self):
+        """The grouped MoE kernel against the dense one on the paper width (bf16 autocast): largest difference."""
+        from itervision.models.recursive import MoE
+
+        torch.manual_seed(0)
+        moe = MoE(512, 512, 4, 2, "grouped").to(self.device)
+        x = torch.randn(4096, 512, device=self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            grouped = moe(x)[0].float()
+            moe.kernel = "dense"
+            dense = moe(x)[0].float()
+        diff = (grouped - dense).abs().max().item()
+        self.result["moe_grouped_vs_dense_max_abs_diff"] = diff
+        print(f"MoE grouped vs dense (bf16, 4096 tokens, d 512): max |difference| {diff:.3g} (output scale "
+              f"{dense.abs().mean().item():.3g})", flush=True)
+
+    def compiled_speed(self, study, ds, m, batch):
+        model, train = self.build(study, ds, m)
+        compiled = torch.compile(model, mode=self.args.compile_mode, fullgraph=True)
+        step = self.step_fn(model, train, compiled)
+        img, target = self.batch(model, batch)
+        t0 = time.perf_counter()
+        step(img, target)  # compiles the forward and backward graphs
+        step(img, target)  # CUDA graphs record on the second call
+        self.sync()
+        compile_s = time.perf_counter() - t0
+        rate = self.timed(step, img, target, 2, self.args.steps)
+        e = self.entry(study, ds, m)
+        eager = e.get("train_images_per_s", {}).get(str(batch))
+        e["compiled"] = {"mode": self.args.compile_mode, "batch": batch, "compile_seconds": compile_s,
+                         "train_images_per_s": rate, "speedup": rate / eager if eager else None}
+        print(f"{study}/{ds}/{m} b{batch} compiled ({self.args.compile_mode}): {rate:,.0f} img/s after "
+              f"{compile_s:.0f} s of compiling" + (f", x{rate / eager:.2f} over eager" if eager else ""), flush=True)
+
+    def inference(self, study, ds, m, batch):
+        from itervision.evaluation.timing import time_exits
+
+        model, _ = self.build(study, ds, m)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            rows = time_exits(model, batch, 3, 5, 10)
+        self.entry(study, ds, m)["eval"] = rows
+        print(f"{study}/{ds}/{m} inference b{batch}: " + ", ".join(
+            f"exit {r['exit']} {r['images_per_s']:,.0f} img/s {r['latency_ms']:.1f} ms" for r in rows[:3])
+            + (" ..." if len(rows) > 3 else ""), flush=True)
+
+    # ------------------------------------------------------------------ plan
+    def run(self):
+        p = self.p
+        pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
+        per_gpu = {(s, ds, m): run_spec(p, m, ds).train.per_process_batch(PLAN_GPUS) for s, ds, m in pairs}
+        first = {s: p.study(s).datasets[0] for s in p.studies}
+        main = [(s, first[s], m) for s in p.studies for m in MAIN[s] if (s, first[s], m) in per_gpu]
+        jobs = []
+        for s, ds, m in main:  # the speed claims first: the main models at the plan's batch and at 4x it
+            jobs.append((f"train {s}/{ds}/{m}",
+                         lambda a=(s, ds, m): self.train_speed(*a, [per_gpu[a], 4 * per_gpu[a]])))
+        if ("recursive", first["recursive"], "dsa-moe") in per_gpu:
+            a = ("recursive", first["recursive"], "dsa-moe")
+            jobs.append((f"train {'/'.join(a)} grouped", lambda: self.train_speed(
+                *a, [per_gpu[a]], label="grouped_train_images_per_s", moe_kernel="grouped")))
+        if self.device.type == "cuda":
+            jobs.append(("moe kernels agree", self.moe_kernels_agree))
+            for s, ds, m in main[:2] + [("sparseformer", first["sparseformer"], "sf-recurrent")]:
+                jobs.append((f"kernels {s}/{ds}/{m}", lambda a=(s, ds, m): self.kernels_and_syncs(*a, per_gpu[a])))
+            a = ("recursive", first["recursive"], "dsa-moe")
+            if a in per_gpu:
+                jobs.append(("kernels dsa-moe grouped", lambda: self.kernels_and_syncs(
+                    *a, per_gpu[a], prefix="grouped_", moe_kernel="grouped")))
+        for s, ds, m in pairs:  # every other configuration at the plan's batch
+            if (s, ds, m) not in main:
+                jobs.append((f"train {s}/{ds}/{m}", lambda a=(s, ds, m): self.train_speed(*a, [per_gpu[a]])))
+        for s, ds, m in [a for a in main if a[0] == "recursive" and a[2] in ("sa-mlp", "dsa-moe")]:
+            jobs.append((f"compile {s}/{ds}/{m}", lambda a=(s, ds, m): self.compiled_speed(*a, per_gpu[a])))
+        for s, ds, m in main:
+            jobs.append((f"inference {s}/{ds}/{m}", lambda a=(s, ds, m): self.inference(*a, 256)))
+        sf = ("sparseformer", first["sparseformer"], "sf-recurrent")
+        if sf in per_gpu:
+            jobs.append(("compile sparseformer sf-recurrent", lambda: self.compiled_speed(*sf, 4 * per_gpu[sf])))
+        for what, fn in jobs:
+            if self.left() < (120 if what.startswith("compile") else 10):
+                self.result["skipped"].append(what)
+                continue
+            self.attempt(what, fn)
+        self.result["seconds"] = time.perf_counter() - self.t0
+        self.save()
+        done = sum(1 for e in self.result["configs"].values() if "train_images_per_s" in e)
+        print(f"wrote {self.out}: {done} of {len(pairs)} configurations timed in {self.result['seconds']:.0f} s; "
+              f"{len(self.result['skipped'])} jobs skipped for time, {len(self.result['errors'])} failed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-seconds", type=float, default=420)
+    ap.add_argument("--out", help="the results file (default benchmarks/results/<gpu name>.json)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--compile-mode", default="reduce-overhead")
+    ap.add_argument("--scale", default="paper", help="the configurations of this scale (tiny: to check the script)")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device here: nothing measured (run `make gpu-benchmark` on a GPU machine)")
+        sys.exit(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    Bench(args).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Schemas of a run's configuration beside its model's (models/configs.py): the training recipe, evaluation and
+profiling keys. They are the params groups `train`, `evaluate` and `profile` (params.py) and the checked, typed
+form of configs/resolved/DATASET/MODEL/{run,profile}.json (specs.py), so a file read back is checked exactly like
+params.yaml. Standard library only: params.yaml is checked without importing torch.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from itervision.schema import key
+
+_RANDAUGMENT = re.compile(r"^rand(-(m\d+|n\d+|mstd\d+(\.\d+)?|mmax\d+|inc[01]|p\d*\.?\d+))*$")
+COMPILE_MODES = ("none", "default", "reduce-overhead")
+
+
+def _randaugment_ok(s: str) -> bool:
+    return s == "" or bool(_RANDAUGMENT.match(s))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """The recipe of stage run, shared by every model of a study on a dataset.
+
+    `global_batch` is the number of images per optimiser step over all processes: each of W processes takes
+    global_batch / W of them (W must divide it), and the peak lr is `lr` x global_batch / lr_batch. So 1, 2 or 8
+    GPUs train the same recipe; `micro_batch` splits a process's share into gradient-accumulation steps when it
+    does not fit in memory (BatchNorm then normalises micro-batches: the recursive encoder's statistics change)."""
+    epochs: int = key(1)
+    steps_per_epoch: int | None = key(1, default=None, doc="cap on optimiser steps per epoch (null = the whole "
+                                                           "training split)")
+    global_batch: int = key(1, doc="images per optimiser step, over all processes")
+    micro_batch: int | None = key(1, default=None, doc="most images per forward/backward in one process "
+                                                       "(null = the process's whole share)")
+    lr: float = key(0, open_lo=True, doc="peak lr at lr_batch images per step, scaled linearly with global_batch")
+    lr_batch: int = key(1)
+    min_lr: float = key(0)
+    warmup_epochs: float = key(0)
+    warmup_lr: float = key(0)
+    weight_decay: float = key(0)
+    randaugment: str = key(pattern=_randaugment_ok, hint="'' (off) or a timm string such as rand-m9-n2-mstd0.5")
+    crop_scale: list[float] = key(0, 1, open_lo=True, pattern=lambda s: len(s) == 2 and s[0] <= s[1],
+                                  hint="[low, high] with 0 < low <= high <= 1")
+    crop_pad: int = key(0, doc="pad-and-crop translation in pixels (tensor data path)")
+    hflip: float = key(0, 1)
+    interpolation: str = key(choices=("bilinear", "bicubic"))
+    mixup: float = key(0)
+    cutmix: float = key(0)
+    mix_prob: float = key(0, 1)
+    label_smoothing: float = key(0, 1)
+    random_erasing: float = key(0, 1)
+    repeated_aug: int = key(1)
+    clip_grad: float = key(0)
+    amp: str = key(choices=("none", "bf16", "fp16"))
+    compile: str = key(choices=COMPILE_MODES, default="none",
+                       doc="torch.compile of the training step: none, default, or reduce-overhead (CUDA graphs)")
+    ema: bool = key()
+    ema_decay: float = key(0, 1, open_lo=True)
+    workers: int = key(0, default=0, doc="loader processes for image folders")
+    threads: int = key(1, 512, doc="intra-op CPU threads of a run: part of the recipe (results depend on it)")
+    curve_points: int = key(0, doc="learning-curve evaluations during training (the final one is separate)")
+    curve_images: int = key(1, doc="images of the calib and of the test split scored at each curve point")
+
+    def check(self):
+        if self.micro_batch is not None and self.micro_batch > self.global_batch:
+            raise ValueError(f"micro_batch {self.micro_batch} exceeds global_batch {self.global_batch}")
+
+    def per_process_batch(self, world: int) -> int:
+        """global_batch / world; a global batch the world does not divide is a one-line error."""
+        from itervision.errors import UserError
+
+        if self.global_batch % world:
+            raise UserError(f"train.global_batch {self.global_batch} is not divisible by the {world} processes of "
+                            f"this run; launch a world size that divides it (or change train.global_batch)")
+        per = self.global_batch // world
+        if (self.mixup > 0 or self.cutmix > 0) and per % 2:
+            raise UserError(f"train.global_batch {self.global_batch} over {world} processes gives {per} images a "
+                            f"process, which mixup/CutMix cannot pair; make it even")
+        return per
+
+    def accumulation(self, world: int) -> tuple[int, int]:
+        """(micro-batches per optimiser step, images per micro-batch) of one process."""
+        from itervision.errors import UserError
+
+        per = self.per_process_batch(world)
+        micro = self.micro_batch or per
+        if micro >= per:
+            return 1, per
+        if per % micro:
+            raise UserError(f"train.micro_batch {micro} does not divide the {per} images a process takes per step "
+                            f"(global_batch {self.global_batch} over {world} processes); pick a divisor")
+        return per // micro, micro
+
+    def peak_lr(self) -> float:
+        return self.lr * self.global_batch / self.lr_batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig:
+    """Stage run (prediction at every exit after training)."""
+    batch_size: int = key(1, doc="images per forward pass, per process")
+    trace_images: int = key(1, doc="test images traced for the recursive tables (sparsity, experts, roles)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileConfig:
+    """Stage profile (per model, not per seed): FLOPs and wall-clock per exit."""
+    timing_batch: int = key(1)
+    timing_warmup: int = key(0)
+    timing_repeats: int = key(1)
+    latency_repeats: int = key(1)

@@ -1,0 +1,162 @@
+"""Statistics of the recursive-classifier document (seed 000) over seeds, from the run records alone.
+
+Every model name comes from params (recursive.main, .ablations, .baseline, .reference and the ablation
+lists); what a model is (its k, steps, embedding) comes from each run's own record.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from itervision.matrix import seeds_for
+from itervision.params import Params
+from itervision.studies.common import (budget, learning_curve, load_study, per_exit, run_overhead, series, top1,
+                                       training_speed)
+from itervision.stats import holm_fill, mcnemar, mean_ci, paired_difference
+
+ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ablation", "embedding"))
+
+
+def _compare(runs, dataset, model, base, seeds, with_mcnemar=False) -> dict:
+    out = paired_difference(series(runs, dataset, model, seeds, top1), series(runs, dataset, base, seeds, top1))
+    if with_mcnemar:
+        out["mcnemar"] = [mcnemar(runs[(dataset, model, s)]["pred"]["test"]["correct"][:, -1],
+                                  runs[(dataset, base, s)]["pred"]["test"]["correct"][:, -1]) for s in seeds]
+    return out
+
+
+def _measured_sparsity(run: dict):
+    tr = run["metrics"].get("traces")
+    return float(np.mean(tr["sparsity"])) if tr else float("nan")
+
+
+def accuracy(p: Params, runs: dict) -> tuple[dict, list]:
+    """Table 1: top-1 by dataset and main model; paired differences to the baseline, Holm over the table."""
+    s = p.study("recursive")
+    acc, comps = {}, []
+    for ds in s.datasets:
+        for m in s.main:
+            values = series(runs, ds, m, p.seeds, top1)
+            acc.setdefault(ds, {})[m] = {"top1": mean_ci(values), "per_seed": values}
+            if m != s.baseline:
+                c = _compare(runs, ds, m, s.baseline, p.seeds, with_mcnemar=True)
+                comps.append({**c, "dataset": ds, "model": m, "against": s.baseline})
+    return acc, holm_fill(comps)
+
+
+def efficiency(p: Params, runs: dict, profiles: dict) -> dict:
+    """Table 2: costs (the same for every seed) and measured training speed (timing) on the first dataset."""
+    s = p.study("recursive")
+    ds0 = s.datasets[0]
+
+    def seconds_per_image(r):
+        return r["train"]["seconds"] / r["train"]["images_seen"]
+
+    base_sec = series(runs, ds0, s.baseline, p.seeds, seconds_per_image)
+    eff = {}
+    for m in s.main:
+        costs = profiles[(ds0, m)]["costs"]
+        sec = series(runs, ds0, m, p.seeds, seconds_per_image)
+        eff[m] = {"family": costs["family"], "stored_params": costs["stored_params"],
+                  "active_params": costs["active_params"], "block_mac_ratio": costs.get("block_mac_ratio"),
+                  "avg_sparsity_formula": costs.get("avg_sparsity"),
+                  "avg_sparsity_measured": mean_ci(series(runs, ds0, m, p.seeds, _measured_sparsity)),
+                  "macs_per_image": costs["macs_per_image"], "speed": training_speed(runs, ds0, m, p.seeds),
+                  "time_ratio_to_baseline": mean_ci(np.array(sec) / np.array(base_sec)),
+                  "time_ratio_per_seed": (np.array(sec) / np.array(base_sec)).tolist()}
+    return eff
+
+
+def ablation(p: Params, runs: dict, profiles: dict, name: str, key: str) -> list:
+    """Tables 3-5: one ablation list on the ablation dataset and seeds, each row against the reference model."""
+    s = p.study("recursive")
+    ds, seeds = ablation_dataset(p), p.ablation_seeds
+    rows, comps = [], []
+    for m in getattr(s, name):
+        costs = profiles[(ds, m)]["costs"]
+        row = {"model": m, key: runs[(ds, m, seeds[0])]["config"]["config"][key],
+               "top1": mean_ci(series(runs, ds, m, seeds, top1)),
+               "avg_sparsity_formula": costs.get("avg_sparsity"),
+               "avg_sparsity_measured": mean_ci(series(runs, ds, m, seeds, _measured_sparsity)),
+               "macs_per_image": costs["macs_per_image"]}
+        if m != s.reference:
+            row["difference"] = {**_compare(runs, ds, m, s.reference, seeds), "model": m, "against": s.reference}
+            comps.append(row["difference"])
+        rows.append(row)
+    holm_fill(comps)
+    return rows
+
+
+def traces(p: Params, runs: dict) -> dict:
+    """Table 6: the reference model's traces per step (sparsity, expert shares, attention mass per role)."""
+    s = p.study("recursive")
+    per_seed = [runs[(s.datasets[0], s.reference, sd)]["metrics"]["traces"] for sd in p.seeds]
+    steps = len(per_seed[0]["role_mass"])
+    return {
+        "model": s.reference,
+        "sparsity_measured": [mean_ci([t["sparsity"][i] for t in per_seed]) for i in range(steps)],
+        "expert_utilisation": np.mean([t["expert_utilisation"] for t in per_seed], axis=0).tolist()
+        if per_seed[0]["expert_utilisation"] else [],
+        "role_mass": {role: [mean_ci([t["role_mass"][i][role] for t in per_seed]) for i in range(steps)]
+                      for role in ("x", "y", "z")},
+    }
+
+
+def ablation_dataset(p: Params) -> str:
+    s = p.study("recursive")
+    return s.ablation_datasets[0] if s.ablation_datasets else s.datasets[0]
+
+
+def aggregate(p: Params) -> dict:
+    s = p.study("recursive")
+    runs, profiles = load_study(p, "recursive")
+    ds0 = s.datasets[0]
+
+    def home(m):  # where a model's per-step, curve and budget figures come from
+        return (ds0 if m in s.main else ablation_dataset(p)), seeds_for(p, m)
+
+    out = {"seeds": p.seeds, "ablation_seeds": p.ablation_seeds, "datasets": s.datasets, "baseline": s.baseline,
+           "reference": s.reference, "ablation_dataset": ablation_dataset(p)}
+    out["accuracy"], out["accuracy_differences"] = accuracy(p, runs)
+    out["efficiency"] = efficiency(p, runs, profiles)
+    for name, key in ABLATIONS:
+        out[name] = ablation(p, runs, profiles, name, key)
+    out["traces"] = traces(p, runs)
+    out["per_step"], out["curves"], out["budgets"] = {}, {}, {}
+    for m in s.main + s.ablations:
+        ds, seeds = home(m)
+        out["per_step"][m] = {"dataset": ds, "seeds": seeds, "top1": per_exit(runs, ds, m, seeds)}
+        out["curves"][m] = learning_curve(runs, ds, m, seeds)
+        out["budgets"][m] = budget(runs, ds, m, seeds)
+    return out
+
+
+def summary_metrics(agg: dict) -> dict:
+    """Nested dict that `dvc metrics show` flattens into keys like fashion_mnist.dsa-moe.top1.mean."""
+    out = {}
+    for ds, models in agg["accuracy"].items():
+        for m, v in models.items():
+            out.setdefault(ds, {})[m] = {"top1": {"mean": v["top1"]["mean"], "ci95": v["top1"]["half_width"],
+                                                  "n": v["top1"]["n"]}}
+    for c in agg["accuracy_differences"]:
+        out[c["dataset"]][c["model"]][f"diff_vs_{c['against']}"] = {"mean": c["mean"], "ci95": c["half_width"],
+                                                                      "p_holm": c["p_holm"]}
+    for m, e in agg["efficiency"].items():
+        out.setdefault("costs", {})[m] = {"active_params": e["active_params"], "macs_per_image": e["macs_per_image"],
+                                          **({"block_mac_ratio": e["block_mac_ratio"]}
+                                             if e["block_mac_ratio"] is not None else {})}
+    for name, _ in ABLATIONS:
+        for row in agg[name]:
+            out.setdefault(name, {})[row["model"]] = {"top1": {"mean": row["top1"]["mean"],
+                                                               "ci95": row["top1"]["half_width"],
+                                                               "n": row["top1"]["n"]}}
+    return out
+
+
+def timing_metrics(agg: dict) -> dict:
+    """Wall-clock figures: they change from run to run and machine to machine, so they live apart from the
+    gated metrics."""
+    return {"training": {m: {"images_per_s": e["speed"]["images_per_s"]["mean"],
+                             "seconds_per_run": e["speed"]["seconds"]["mean"],
+                             "time_ratio_to_baseline": e["time_ratio_to_baseline"]["mean"],
+                             **run_overhead(e["speed"])}
+                         for m, e in agg["efficiency"].items()}}
