@@ -123,18 +123,27 @@ def test_paper_plan_uses_measured_rates_where_a_gpu_benchmark_has_them(tmp_path)
     """Hours from measured images/s at the per-GPU batch (interpolated in log batch), labelled and sourced; the
     rest stay FLOP estimates."""
     rates = {"gpu": "Test GPU", "date": "2026-12-04", "configs": {
-        "recursive/cifar10/sa-mlp": {"train_images_per_s": {"64": 500.0, "256": 2000.0}}}}
+        "recursive/cifar10/sa-mlp": {"train_images_per_s": {"64": 500.0, "256": 2000.0}},
+        "recursive/cifar10/dsa-moe": {"train_images_per_s": {"128": 400.0}, "compiled": {
+            "mode": "reduce-overhead", "batch": 128, "compile_seconds": 100.0, "train_images_per_s": 5000.0}},
+        "recursive/cifar100/dsa-moe": {"train_images_per_s": {"128": 400.0}, "compiled": {
+            "mode": "default", "batch": 128, "compile_seconds": 100.0, "train_images_per_s": 5000.0}}}}
     path = tmp_path / "test-gpu.json"
     path.write_text(json.dumps(rates))
     r = run("stages/check_paper_plan.py", "--scale", "paper", "--fast", "--gpu", str(path))
     assert r.returncode == 0, r.stderr
     assert f"measured: Test GPU rates from {path} (2026-12-04" in r.stdout
     line = next(x for x in r.stdout.splitlines() if x.startswith("recursive") and " sa-mlp " in x and "cifar10" in x)
-    # per-GPU batch 1024 / 8 = 128, halfway in log batch between 64 and 256: 1250 img/s;
+    # per-GPU batch 1024 / 8 = 128, halfway in log batch between 64 and 256: 1250 img/s; the paper recipe
+    # compiles the recursive step, but no compiled rate was measured for sa-mlp: the eager one, labelled so;
     # 5 runs x 200 epochs x 45,000 images / 1250 / 3600 = 10.0 GPU-hours
     assert "measured" in line.split() and "10.0" in line.split()
-    other = next(x for x in r.stdout.splitlines() if x.startswith("recursive") and " dsa-moe " in x and "cifar10" in x)
-    assert "estimate" in other.split()
+    rows = {x.split()[2]: x.split() for x in r.stdout.splitlines() if x.startswith("recursive") and " dsa-moe " in x}
+    # compiled as the recipe compiles (reduce-overhead): 5 x (200 x 45,000 / 5000 + 100 s of compiling) / 3600
+    assert "compiled" in rows["cifar10"] and "2.6" in rows["cifar10"]
+    # a compiled rate of another mode does not stand for this recipe: the eager rate
+    assert "measured" in rows["cifar100"] and f"{5 * 200 * 45_000 / 400 / 3600:.1f}" in rows["cifar100"]
+    assert "estimate" in rows["mnist"]
     missing = run("stages/check_paper_plan.py", "--scale", "paper", "--fast", "--gpu", "no-such-gpu")
     assert missing.returncode == 2 and "no measured rates for GPU 'no-such-gpu'" in missing.stderr
 

@@ -5,7 +5,8 @@
 * cost, per planned (model, dataset): GPU-hours of its runs. Where a GPU benchmark of that GPU exists
   (benchmarks/results/<gpu>.json, written by `make gpu-benchmark`), from the measured training images/s of that
   configuration at the per-GPU batch (interpolated in log batch between measured batches, never extrapolated
-  beyond a factor 2; the file and its date are named). Otherwise an *estimate* from FLOPs: training FLOPs =
+  beyond a factor 2; the file and its date are named); where the recipe compiles the step (train.compile) and
+  the benchmark measured that, the compiled rate plus the compile time once per run ('compiled' rows). Otherwise an *estimate* from FLOPs: training FLOPs =
   FLOPs per image x 3 (forward and backward) x images per epoch x epochs, at one utilisation of the GPU's peak,
   calibrated so that the document's recurrent SparseFormer run (ImageNet-200, 200 epochs, 2 RTX 4090s) takes
   its published 4.8 h. A FLOP model cannot see launch- or sync-bound code, so the measured rate wins wherever
@@ -50,7 +51,7 @@ class ModelPlan:
     batch: int               # per process
     world: int
     memory_gb: float | None = None
-    measured: dict = field(default_factory=dict)  # {"images_per_s", "batch", "source"} from a GPU benchmark
+    measured: dict = field(default_factory=dict)  # measured_rate() of a GPU benchmark entry
 
     @property
     def train_flops(self) -> float:
@@ -61,7 +62,8 @@ class ModelPlan:
         """GPU-hours of every run at the measured per-GPU rate (world GPUs, each at `batch`)."""
         if not self.measured:
             return None
-        return self.train_images * self.epochs * self.runs / self.measured["images_per_s"] / 3600
+        seconds = self.train_images * self.epochs / self.measured["images_per_s"] + self.measured["compile_seconds"]
+        return seconds * self.runs / 3600
 
 
 def train_images(p: Params, dataset: str) -> int:
@@ -232,6 +234,18 @@ def rate_at(entry: dict, batch: int) -> tuple[float, int] | None:
     return None
 
 
+def measured_rate(entry: dict, batch: int, compile_mode: str) -> dict:
+    """{"images_per_s", "batch", "compiled", "compile_seconds"} of a benchmark entry at a per-GPU batch: the
+    compiled rate when the recipe compiles and it was measured at that batch (its compile time paid once per
+    run), else the eager rate; {} when neither covers the batch."""
+    compiled = entry.get("compiled") or {}
+    if compile_mode != "none" and compiled.get("mode") == compile_mode and compiled.get("batch") == batch:
+        return {"images_per_s": compiled["train_images_per_s"], "batch": batch, "compiled": True,
+                "compile_seconds": compiled["compile_seconds"]}
+    found = rate_at(entry, batch)
+    return {"images_per_s": found[0], "batch": found[1], "compiled": False, "compile_seconds": 0.0} if found else {}
+
+
 def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | None = None) -> list[ModelPlan]:
     world = world_size(p.run.launcher)
     gcache, mcache, out = {}, {}, []
@@ -248,9 +262,7 @@ def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | 
             if memory:
                 mp.memory_gb = memory_gb(spec.config, train, batch, mcache)
             entry = (rates or {}).get("configs", {}).get(f"{study}/{ds}/{m}")
-            found = rate_at(entry, batch) if entry else None
-            if found:
-                mp.measured = {"images_per_s": found[0], "batch": found[1], "source": rates["path"]}
+            mp.measured = measured_rate(entry, batch, train.compile) if entry else {}
             out.append(mp)
     return out
 
@@ -285,6 +297,12 @@ def estimate_hours(mp: ModelPlan, u: float) -> list[float]:
     return [mp.train_flops / (GPUS[g][0] * 1e12 * u) / 3600 for g in GPUS]
 
 
+def basis(mp: ModelPlan) -> str:
+    if not mp.measured:
+        return "estimate"
+    return "compiled" if mp.measured["compiled"] else "measured"
+
+
 def cost_table(plans: list[ModelPlan], fast: bool = False, rates: dict | None = None) -> list[str]:
     u = utilisation(plans, fast)
     lines = [f"FLOP estimate: utilisation {100 * u:.1f}% of dense bf16 peak, calibrated on the document's "
@@ -309,28 +327,31 @@ def cost_table(plans: list[ModelPlan], fast: bool = False, rates: dict | None = 
         lines.append(f"{mp.study:12s} {mp.model:18s} {mp.dataset:13s} {mp.runs:4d} {mp.epochs:4d} "
                      f"{mp.train_images:8d} {mp.batch:5d} {mp.gflops if counted else float('nan'):9.3f} {est} "
                      f"{'—' if measured is None else f'{measured:.1f}':>16s} "
-                     f"{'measured' if measured is not None else 'estimate':>9s} {mem:>8s}  {fits}")
+                     f"{basis(mp):>9s} {mem:>8s}  {fits}")
         if not counted:
             uncounted.add(f"{mp.model} on {mp.dataset}")
-            continue
         for key in (("study", mp.study), ("dataset", mp.dataset), ("all", "")):
-            t = totals.setdefault(key, [0.0] * (len(GPUS) + 2))
-            extra = [measured if measured is not None else 0.0, 0.0 if measured is not None else 1.0]
-            totals[key] = [a + b for a, b in zip(t, hours + extra)]
+            t = totals.setdefault(key, {"estimate": [0.0] * len(GPUS), "measured": 0.0, "unmeasured": 0})
+            if counted:
+                t["estimate"] = [a + b for a, b in zip(t["estimate"], hours)]
+            if measured is not None:
+                t["measured"] += measured
+            else:
+                t["unmeasured"] += 1
     for kind in ("study", "dataset", "all"):
         parts = []
-        for k, v in totals.items():
+        for k, t in totals.items():
             if k[0] != kind:
                 continue
-            text = ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, v[:len(GPUS)]))
+            text = ", ".join(f"{g} {h:,.0f}" for g, h in zip(GPUS, t["estimate"]))
             if rates:
-                text += f"; {rates['gpu']} measured {v[len(GPUS)]:,.0f}" + (
-                    f" (+{int(v[-1])} rows without a measured rate)" if v[-1] else "")
+                text += f"; {rates['gpu']} measured {t['measured']:,.0f}" + (
+                    f" (+{t['unmeasured']} rows without a measured rate)" if t["unmeasured"] else "")
             parts.append(f"{k[1] + ': ' if k[1] else ''}{text}")
         lines.append(f"GPU-hours (one GPU, every run) {'of the whole campaign' if kind == 'all' else 'by ' + kind} "
                      f"[FLOP estimate per GPU{'; measured' if rates else ''}]: " + "; ".join(parts))
     if uncounted:
-        lines.append(f"not in these totals (fast mode counts no fvcore FLOPs; run without --fast): "
+        lines.append(f"not in the FLOP-estimate totals (fast mode counts no fvcore FLOPs; run without --fast): "
                      f"{len(uncounted)} (model, dataset) pairs, e.g. {sorted(uncounted)[0]}")
     return lines
 

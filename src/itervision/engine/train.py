@@ -159,11 +159,10 @@ def set_up(record: RunRecord, spec, train, prepared: str | Path) -> Setup:
 
     seed_everything(record.seed)
     model = build_model(spec.config).to(device)
-    step_model = model
+    step_model = compile_step_model(model, train.compile)  # compiled first: DDP's bucketing would split the graph
     if world > 1:
-        step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index]
+        step_model = torch.nn.parallel.DistributedDataParallel(step_model, device_ids=[device.index]
                                                                if device.index is not None else None)
-    step_model = compile_step_model(step_model, train.compile)
     batches = train_batches(prepared, spec.config.img_size, train, seed=record.seed, rank=rank, world=world,
                             pin_memory=device.type == "cuda")
     if len(batches) == 0:
