@@ -7,7 +7,7 @@ FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: repro test setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
-	gpu-benchmark pipelines
+	gpu-benchmark pipelines campaign
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
 # before DVC reads them; outputs already in the DVC remote are pulled instead of rebuilt (by the hashes in
@@ -21,6 +21,15 @@ repro: setup
 	@dvc status
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.remote push; fi
 
+# Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
+# cores / train.threads), or on a running Dask cluster (SCHEDULER=tcp://HOST:8786): docs/campaign.md.
+campaign: setup
+	$(PY) -m itervision.params
+	-@$(PY) -m itervision.remote pull
+	$(PY) -m itervision.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+	@dvc status
+	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.remote push; fi
+
 test: setup
 	$(PY) -m pytest -q
 
@@ -30,7 +39,7 @@ setup: $(STAMP) data
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import itervision, torch, torchvision, timm, dvc, dvc_s3, fvcore, scipy, moto" \
+	@$(PY) -c "import itervision, torch, torchvision, timm, dvc, dvc_s3, fvcore, scipy, moto, distributed" \
 	  || { echo "error: the venv in $(VENV) did not install; see the pip output above"; exit 1; }
 	@touch $(STAMP)
 

@@ -15,8 +15,8 @@ import argparse
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.params import check_params, load_params
-from itervision.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, plan_runs,
-                             published_check)
+from itervision.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
+                             plan_runs, published_check)
 from itervision.scales import render_scale
 
 
@@ -44,7 +44,7 @@ def main(argv=None):
         for line in published_check(p):
             print(line)
     plans = plan_runs(p, memory=not args.fast, fast=args.fast, rates=rates)
-    for line in cost_table(plans, args.fast, rates):
+    for line in cost_table(plans, args.fast, rates) + makespan_lines(plans, args.fast):
         print(line)
     if rates is None:
         known = ", ".join(sorted(f.stem for f in RESULTS.glob("*.json")))

@@ -116,7 +116,7 @@ def test_run_stages_do_not_depend_on_the_params_checks():
 # which itervision packages each layer may import (its own included); stages may import anything
 LAYERS = {
     "studies": {"studies", "stats", "evaluation.early_exit", "params", "matrix", "runs", "layout", "io", "errors",
-                "schema", "reporting", "names"},
+                "schema", "reporting", "names", "ledger"},
     "reporting": {"reporting", "io", "errors"},
     "stats": {"stats"},
 }

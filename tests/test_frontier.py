@@ -102,3 +102,25 @@ def test_the_exact_search_spends_a_budget_up_to_its_limit():
     assert sw["cost"][i] <= budget and sw["accuracy"][i] >= max(r["accuracy"] for r in feasible)
     spent = sw["cost"][sw["cost"] <= budget].max()
     assert max(r["mean_cost"] for r in feasible) < spent and spent > budget - 2.0 / 500  # one image's step
+
+
+def test_oracle_and_overthinking_against_hand_counts():
+    from itervision.evaluation.early_exit import oracle, overthinking
+
+    label = np.array([0, 1, 2, 3])
+    pred = np.array([[0, 0, 0],    # right from the first exit
+                     [9, 1, 9],    # right at exit 2 only: overthinks
+                     [9, 9, 9],    # never right
+                     [3, 9, 3]])   # right at 1, wrong at 2, right at the last: not overthinking
+    o = oracle(pred, label, [1.0, 2.0, 4.0])
+    assert o["accuracy"] == 0.75 and o["cost"] == pytest.approx((1 + 2 + 4 + 1) / 4)
+    assert overthinking(pred, label) == 0.25
+
+
+def test_area_under_the_frontier_is_the_mean_accuracy_over_log_cost():
+    from itervision.evaluation.early_exit import area_under_frontier
+
+    costs, acc = [1.0, 4.0], [0.5, 0.9]  # linear in log cost: the mean over [1, 4] is the midpoint
+    assert area_under_frontier(costs, acc, 1.0, 4.0) == pytest.approx(0.7)
+    assert area_under_frontier(costs, acc, 2.0, 4.0) == pytest.approx((0.7 + 0.9) / 2)
+    assert math.isnan(area_under_frontier(costs, acc, 0.5, 4.0))  # never extrapolated

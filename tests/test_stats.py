@@ -108,3 +108,65 @@ def test_holm_fill_adjusts_a_family_in_place():
     family = [{"p": 0.01}, {"p": 0.04}, {"p": 0.03}, {"p": float("nan")}]
     holm_fill(family)
     assert [c["p_holm"] for c in family][:3] == pytest.approx([0.03, 0.06, 0.06]) and math.isnan(family[3]["p_holm"])
+
+
+def test_probability_of_improvement_against_hand_counts():
+    from itervision.stats import probability_of_improvement
+
+    # 3 x 3 pairs (a, b): a=1 beats 0, ties 1, loses to 2; a=2 beats 1 and 0, ties 2; a=3 beats all three
+    # -> 6 wins, 2 ties, 1 loss: (6 + 0.5 * 2) / 9
+    assert probability_of_improvement([1, 2, 3], [1, 2, 0]) == pytest.approx((6 + 1) / 9)
+    assert probability_of_improvement([5, 6], [1, 2]) == 1.0 and probability_of_improvement([1], [1]) == 0.5
+    assert np.isnan(probability_of_improvement([], [1]))
+
+
+def test_bootstrap_intervals_are_scipys_and_deterministic():
+    from scipy import stats
+
+    from itervision.stats import bootstrap_mean_ci, paired_bootstrap, probability_of_improvement_ci
+
+    v = [0.2, -0.1, 0.5, 0.3, 0.05]
+    a, b = bootstrap_mean_ci(v, seed=3), bootstrap_mean_ci(v, seed=3)
+    assert a == b and a["method"] == "BCa"
+    ref = stats.bootstrap((np.array(v),), np.mean, n_resamples=10_000, method="BCa",
+                          rng=np.random.default_rng(3)).confidence_interval
+    assert (a["low"], a["high"]) == pytest.approx((ref.low, ref.high))
+    assert bootstrap_mean_ci([0.3, 0.3, 0.3])["low"] == 0.3  # BCa is undefined on equal values: no NaN
+    poi = probability_of_improvement_ci([1.0, 2, 3, 4], [0.5, 1.5, 2.5, 3.5], seed=1)
+    assert poi["p_improvement"] == pytest.approx(10 / 16) and 0 <= poi["low"] <= poi["p_improvement"] <= poi["high"]
+    assert poi == probability_of_improvement_ci([1.0, 2, 3, 4], [0.5, 1.5, 2.5, 3.5], seed=1)
+    pb = paired_bootstrap([0.8, 0.7, np.nan, 0.9], [0.7, 0.7, 0.6, 0.8])
+    assert pb["n"] == 3 and pb["diff_mean"] == pytest.approx(0.2 / 3)
+
+
+def test_one_sample_matches_scipy():
+    from scipy import stats
+
+    from itervision.stats import one_sample
+
+    v = [0.1, 0.3, 0.2, 0.15]
+    r = one_sample(v, null=0.05)
+    assert r["p"] == pytest.approx(stats.ttest_1samp(v, 0.05).pvalue)
+    assert r["mean"] == pytest.approx(0.1875) and r["per_seed"] == v
+
+
+def test_seeds_needed_and_power_against_table_values():
+    """Paired-t power at d = 1, alpha 0.05 (statistics notes): 0.18 at n = 3, 0.40 at 5, 0.80 at 10; so 10 seeds
+    detect an effect of one standard deviation at 80 % power."""
+    from itervision.stats import paired_t_power, seeds_needed
+
+    assert paired_t_power(1.0, 3) == pytest.approx(0.18, abs=0.01)
+    assert paired_t_power(1.0, 5) == pytest.approx(0.40, abs=0.01)
+    assert paired_t_power(1.0, 10) == pytest.approx(0.80, abs=0.01)
+    assert seeds_needed(1.0, 1.0) == 10 and seeds_needed(-2.0, 2.0) == 10
+    assert seeds_needed(0.5, 1.0) == 34  # d = 0.5: the textbook 34 pairs
+    assert seeds_needed(1.0, 0.0) is None and seeds_needed(0.0, 1.0) is None
+
+
+def test_expected_calibration_error_against_a_hand_count():
+    from itervision.stats import expected_calibration_error
+
+    # two bins used: (0.8, 0.8667] holds 0.85 x 2 (1 right), (0.9333, 1] holds 0.95 x 2 (2 right)
+    conf, right = [0.85, 0.85, 0.95, 0.95], [1, 0, 1, 1]
+    assert expected_calibration_error(conf, right) == pytest.approx(0.5 * abs(0.5 - 0.85) + 0.5 * abs(1 - 0.95))
+    assert expected_calibration_error([1.0, 1.0], [1, 1]) == 0.0

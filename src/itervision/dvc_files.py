@@ -9,7 +9,8 @@ table's wording reruns that study's report stage only, and a comment in one mode
 family's runs only. Stage names come from names.py, which also spells them in every "regenerate it with" hint.
 
 Layout (DVC rewrites a pipeline's whole dvc.lock after every stage, so runs are split from the root file):
-    dvc.yaml                          configure, make_subset@DATASET, aggregate_STUDY, report_STUDY, plots
+    dvc.yaml                          configure, make_subset@DATASET, aggregate_STUDY, report_STUDY, paper_costs,
+                                      claims (the ledger of every study's claims), plots
     pipelines/STUDY/dvc.yaml          profile and run stages of the study's main models
     pipelines/STUDY-ablations/dvc.yaml  the same for its ablation models
 """
@@ -115,6 +116,17 @@ def root_file() -> str:
         lines += _stage(f"report_{name}", cmd=f"python stages/report.py --study {name}",
                         deps=report + [f"data/reference/{name}.csv", f"metrics/{name}/aggregate.json"],
                         outs=[(f"metrics/{name}/tables", True), (f"plots/{name}", True)])
+    lines += _stage("paper_costs", cmd="python stages/paper_costs.py",
+                    deps=code_deps(ROOT / "stages/paper_costs.py") + ["configs/scales/cpu.yaml",
+                                                                      "configs/scales/paper.yaml", "data/splits"],
+                    outs=[("metrics/paper_costs.json", True)])
+    with_claims = [s for s in STUDIES.values() if s.has_part("claims")]
+    lines += _stage("claims", cmd="python stages/claims.py",
+                    deps=code_deps(ROOT / "stages/claims.py", *(ROOT / s.module_file("claims") for s in with_claims))
+                    + [f"data/reference/{s.name}.csv" for s in with_claims]
+                    + [f"metrics/{s.name}/aggregate.json" for s in with_claims] + ["metrics/paper_costs.json"],
+                    outs=[("metrics/claims.md", True), ("metrics/claims.csv", True)],
+                    metrics=[("metrics/claims.json", True)])
     lines += ["# `dvc plots show` renders these to dvc_plots/index.html (templates in .dvc/plots/).", "plots:"]
     for study in STUDIES.values():
         for path, spec in study.part("figures").DVC_PLOTS.items():

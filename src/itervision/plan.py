@@ -6,11 +6,12 @@
   (benchmarks/results/<gpu>.json, written by `make gpu-benchmark`), from the measured training images/s of that
   configuration at the per-GPU batch (interpolated in log batch between measured batches, never extrapolated
   beyond a factor 2; the file and its date are named); where the recipe compiles the step (train.compile) and
-  the benchmark measured that, the compiled rate plus the compile time once per run ('compiled' rows). Otherwise an *estimate* from FLOPs: training FLOPs =
-  FLOPs per image x 3 (forward and backward) x images per epoch x epochs, at one utilisation of the GPU's peak,
-  calibrated so that the document's recurrent SparseFormer run (ImageNet-200, 200 epochs, 2 RTX 4090s) takes
-  its published 4.8 h. A FLOP model cannot see launch- or sync-bound code, so the measured rate wins wherever
-  one exists, and the table says which one each row used;
+  the benchmark measured that, the compiled rate plus the compile time once per run ('compiled' rows).
+  Otherwise an *estimate* from FLOPs: training FLOPs = FLOPs per image x 3 (forward and backward) x images per
+  epoch x epochs, at one utilisation of the GPU's peak, calibrated so that the document's recurrent
+  SparseFormer run (ImageNet-200, 200 epochs, 2 RTX 4090s) takes its published 4.8 h. A FLOP model cannot
+  see launch- or sync-bound code, so the measured rate wins wherever one exists, and the table says which one
+  each row used;
 * memory: peak training memory per process at the planned per-process batch, extrapolated from what the
   forward pass saves for backward at two small batches on the CPU (under the planned autocast), plus
   weights, gradients, AdamW moments, EMA and a fixed allowance for the CUDA context; runs that would not fit
@@ -354,6 +355,42 @@ def cost_table(plans: list[ModelPlan], fast: bool = False, rates: dict | None = 
         lines.append(f"not in the FLOP-estimate totals (fast mode counts no fvcore FLOPs; run without --fast): "
                      f"{len(uncounted)} (model, dataset) pairs, e.g. {sorted(uncounted)[0]}")
     return lines
+
+
+MAKESPAN_GPUS = (8, 64, 256)
+
+
+def run_hours(mp: ModelPlan, u: float) -> float:
+    """GPU-hours of one run: measured where the benchmark has a rate, else the FLOP estimate on an H100 (the
+    nearest of GPUS to an H200's dense bf16 rate)."""
+    if mp.measured:
+        return mp.measured_gpu_hours / mp.runs
+    return estimate_hours(mp, u)[list(GPUS).index("H100")] / mp.runs
+
+
+def makespan(plans: list[ModelPlan], gpus: int, u: float) -> float:
+    """Hours until the last run of the campaign ends on `gpus` GPUs: every run takes `world` GPUs (its torchrun
+    group) for its GPU-hours / world; runs are independent of each other (the profile, aggregate and report
+    stages around them take minutes), so they are list-scheduled longest first onto gpus // world slots."""
+    import heapq
+
+    jobs = sorted((run_hours(mp, u) / mp.world for mp in plans if not math.isnan(run_hours(mp, u))
+                   for _ in range(mp.runs)), reverse=True)
+    world = max(mp.world for mp in plans)
+    slots = [0.0] * max(1, gpus // world)
+    heapq.heapify(slots)
+    for job in jobs:
+        heapq.heappush(slots, heapq.heappop(slots) + job)
+    return max(slots)
+
+
+def makespan_lines(plans: list[ModelPlan], fast: bool = False) -> list[str]:
+    u = utilisation(plans, fast)
+    world = max(mp.world for mp in plans)
+    counted = sum(mp.runs for mp in plans if not math.isnan(run_hours(mp, u)))
+    parts = [f"{g} GPUs {makespan(plans, g, u):,.1f} h" for g in MAKESPAN_GPUS]
+    return [f"campaign makespan ({counted} runs of {world} GPUs each, list-scheduled longest first; measured rates "
+            f"where the benchmark has them, else the H100 FLOP estimate): " + ", ".join(parts)]
 
 
 def published_check(p: Params) -> list[str]:

@@ -113,3 +113,37 @@ def apply_threshold(pred, probs, label, exit_costs, threshold: float) -> dict:
     costs = np.asarray(exit_costs, dtype=np.float64)
     return {"accuracy": float((p == label).mean()), "cost": float(costs[idx].mean()),
             "histogram": np.bincount(idx, minlength=len(costs)).tolist()}
+
+
+def oracle(pred: np.ndarray, label: np.ndarray, exit_costs) -> dict:
+    """The upper bound of any exit policy: an image counts as right when some exit is right, and pays for its
+    earliest right exit (the last exit when none is right)."""
+    correct = np.asarray(pred) == np.asarray(label)[:, None]
+    costs = np.asarray(exit_costs, dtype=np.float64)
+    any_right = correct.any(1)
+    first_right = np.where(any_right, correct.argmax(1), correct.shape[1] - 1)
+    return {"accuracy": float(any_right.mean()), "cost": float(costs[first_right].mean())}
+
+
+def overthinking(pred: np.ndarray, label: np.ndarray) -> float:
+    """Share of images right at some earlier exit and wrong at the last one (Shallow-Deep Networks)."""
+    correct = np.asarray(pred) == np.asarray(label)[:, None]
+    if correct.shape[1] < 2:
+        return 0.0
+    return float((correct[:, :-1].any(1) & ~correct[:, -1]).mean())
+
+
+def area_under_frontier(costs, accuracies, low: float, high: float) -> float:
+    """Mean accuracy of the monotone envelope over [low, high] in log cost (the area under the accuracy-vs-cost
+    curve divided by the width of the range): one number for a whole frontier, comparable between seeds that
+    share the range; NaN when the envelope does not cover it."""
+    from itervision.stats.frontier import interpolate_log_cost
+
+    if not (np.isfinite(low) and np.isfinite(high)) or high <= low:
+        return float("nan")
+    grid = np.exp(np.linspace(np.log(low), np.log(high), 200))
+    acc = interpolate_log_cost(costs, accuracies, grid)
+    if not np.all(np.isfinite(acc)):
+        return float("nan")
+    x = np.log(grid)
+    return float(np.sum((acc[1:] + acc[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))

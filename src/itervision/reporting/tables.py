@@ -20,6 +20,21 @@ def fmt_ci(stat: dict | None, scale: float = 100.0, digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {hw * scale:.{digits}f} ({stat['n']})"
 
 
+def fmt_boot(diff: dict | None, scale: float = 100.0, digits: int = 2) -> str:
+    """'[low, high]; P(A>B) p [low, high]': the bootstrap interval of a paired difference and the probability of
+    improvement with its stratified bootstrap interval (stats/resampling.py); '' without them."""
+    b = (diff or {}).get("bootstrap") or {}
+    low, high = b.get("diff_low"), b.get("diff_high")
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    text = f"[{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+    poi = b.get("p_improvement")
+    if poi is not None and math.isfinite(poi):
+        pl, ph = b.get("p_improvement_low"), b.get("p_improvement_high")
+        text += f"; P(A>B) {poi:.2f}" + (f" [{pl:.2f}, {ph:.2f}]" if pl is not None and math.isfinite(pl) else "")
+    return text
+
+
 def fmt_p(p) -> str:
     if p is None:
         return "—"

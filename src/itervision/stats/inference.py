@@ -64,7 +64,11 @@ def sign_flip_p(diffs) -> float:
 
 
 def paired_difference(a, b, confidence: float = 0.95, min_n_permutation: int = 6) -> dict:
-    """a - b paired by position (seed): mean, paired-t interval and p, win count, sign-flip p (n >= 6)."""
+    """a - b paired by position (seed): mean, paired-t interval and p, win count, sign-flip p (n >= 6); beside
+    them the per-seed differences, a bootstrap interval of their mean and P(A > B) with its stratified bootstrap
+    interval (stats/resampling.py)."""
+    from itervision.stats.resampling import paired_bootstrap
+
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
@@ -79,7 +83,24 @@ def paired_difference(a, b, confidence: float = 0.95, min_n_permutation: int = 6
     else:
         p = float(stats.ttest_1samp(d, 0.0).pvalue)
     return {**ci, "p": p, "wins": int((d > 0).sum()), "ties": int((d == 0).sum()),
-            "p_sign_flip": sign_flip_p(d) if n >= min_n_permutation else None}
+            "p_sign_flip": sign_flip_p(d) if n >= min_n_permutation else None, "per_seed": d.tolist(),
+            "bootstrap": paired_bootstrap(a, b)}
+
+
+def one_sample(values, null: float = 0.0, confidence: float = 0.95) -> dict:
+    """Mean of per-seed quantities (a saving, a time ratio) with its t-interval, the two-sided one-sample t p
+    against `null`, and a bootstrap interval of the mean."""
+    from itervision.stats.resampling import bootstrap_mean_ci
+
+    v = _finite(values)
+    ci = mean_ci(v, confidence)
+    if ci["n"] < 2:
+        p = NAN
+    elif ci["sd"] <= 1e-12 * max(1.0, abs(ci["mean"])):
+        p = 1.0 if ci["mean"] == null else NAN
+    else:
+        p = float(stats.ttest_1samp(v, null).pvalue)
+    return {**ci, "p": p, "null": null, "per_seed": v.tolist(), "bootstrap": bootstrap_mean_ci(v)}
 
 
 def holm_fill(comparisons: list[dict], key: str = "p", out: str = "p_holm") -> list[dict]:

@@ -2,7 +2,8 @@
 
 A study is one source document: a params group (its schema extends StudyParams), the model families its runs
 build, and a package `itervision.studies.NAME` with `analysis` (aggregate, summary_metrics, timing_metrics),
-`tables` (write_tables) and `figures` (write_figures). The stages, the run matrix, the generated DVC files and
+`tables` (write_tables), `figures` (write_figures) and, optionally, `claims` (the document's claims for the
+ledger, itervision/ledger.py). The stages, the run matrix, the generated DVC files and
 the CLI choices all read the registry in studies/__init__.py; adding a study is a folder and one entry there.
 """
 from __future__ import annotations
@@ -43,6 +44,11 @@ class Study:
         """itervision.studies.NAME.<name>: analysis, tables or figures (imported on demand: matplotlib and the
         statistics are paid only by the stages that need them)."""
         return importlib.import_module(f"itervision.studies.{self.name}.{name}")
+
+    def has_part(self, name: str) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec(f"itervision.studies.{self.name}.{name}") is not None
 
     def module_file(self, name: str) -> str:
         return f"src/itervision/studies/{self.name}/{name}.py"

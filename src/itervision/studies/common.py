@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from itervision.errors import UserError
-from itervision.params import Params
 from itervision.matrix import expected_runs, study_models
+from itervision.params import Params
 from itervision.runs import RunRecord, load_all, load_profile
 from itervision.stats import mean_ci
+
+NAN = float("nan")
 
 
 def load_study(p: Params, study: str) -> tuple[dict, dict]:
@@ -92,3 +94,62 @@ def run_overhead(speed: dict) -> dict:
 def per_exit(runs: dict, dataset: str, model: str, seeds: list, split: str = "test") -> list:
     values = np.array(series(runs, dataset, model, seeds, lambda r: r["metrics"]["splits"][split]["top1_per_exit"]))
     return [mean_ci(values[:, e]) for e in range(values.shape[1])]
+
+
+BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+
+
+def early_exit_summary(runs: dict, dataset: str, model: str, seeds: list, costs: list, reference_cost: float,
+                       shared_range: tuple[float, float] | None = None) -> dict:
+    """What the early-exit literature reports of a model with several exits, per seed then mean and t-interval:
+    oracle-exit accuracy and its cost (the bound of any exit policy), the overthinking rate, the expected
+    calibration error of every exit, the accuracy at 25/50/75/100 % of `reference_cost` (the threshold chosen on
+    the calibration split, scored on test; NaN where even the first exit costs more), and the area under the
+    test frontier over `shared_range` (mean accuracy per unit of log cost)."""
+    from itervision.evaluation.early_exit import (apply_threshold, area_under_frontier, choose_for_budget,
+                                                  exact_sweep, oracle, overthinking)
+    from itervision.stats import expected_calibration_error
+
+    per = {"oracle_accuracy": [], "oracle_cost": [], "overthinking": [], "auc": [],
+           "ece": [], **{f"accuracy_at_{int(f * 100)}": [] for f in BUDGET_FRACTIONS}}
+    for sd in seeds:
+        pred = runs[(dataset, model, sd)]["pred"]
+        test, calib = pred["test"], pred["calib"]
+        o = oracle(test["pred"], test["label"], costs)
+        per["oracle_accuracy"].append(o["accuracy"])
+        per["oracle_cost"].append(o["cost"])
+        per["overthinking"].append(overthinking(test["pred"], test["label"]))
+        per["ece"].append([expected_calibration_error(test["prob"][:, e], test["correct"][:, e])
+                           for e in range(test["pred"].shape[1])])
+        cal = exact_sweep(calib["pred"], calib["prob"], calib["label"], costs)
+        for f in BUDGET_FRACTIONS:
+            i = choose_for_budget(cal, f * reference_cost)
+            per[f"accuracy_at_{int(f * 100)}"].append(
+                NAN if i is None else apply_threshold(test["pred"], test["prob"], test["label"], costs,
+                                                      cal["threshold"][i])["accuracy"])
+        if shared_range:
+            sw = exact_sweep(test["pred"], test["prob"], test["label"], costs)
+            per["auc"].append(area_under_frontier(sw["cost"], sw["accuracy"], *shared_range))
+    out = {k: mean_ci(v) for k, v in per.items() if k not in ("ece", "auc")}
+    out["ece"] = [mean_ci([e[i] for e in per["ece"]]) for i in range(len(per["ece"][0]))]
+    out["auc"] = mean_ci(per["auc"]) if per["auc"] else mean_ci([])
+    out["auc_range"] = list(shared_range) if shared_range else None
+    out["reference_cost"] = reference_cost
+    return out
+
+
+def shared_cost_range(runs: dict, dataset: str, models_seeds: list[tuple[str, list]], costs: dict) -> tuple:
+    """The log-cost range every (model, seed) test frontier covers: from the largest first-exit cost to the
+    smallest last-exit cost of the models' envelopes."""
+    from itervision.evaluation.early_exit import exact_sweep
+    from itervision.stats import monotone_envelope
+
+    lows, highs = [], []
+    for model, seeds in models_seeds:
+        for sd in seeds:
+            test = runs[(dataset, model, sd)]["pred"]["test"]
+            sw = exact_sweep(test["pred"], test["prob"], test["label"], costs[model])
+            c, _ = monotone_envelope(sw["cost"], sw["accuracy"])
+            lows.append(c[0])
+            highs.append(c[-1])
+    return (max(lows), min(highs)) if lows and max(lows) < min(highs) else None

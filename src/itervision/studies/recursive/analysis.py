@@ -9,8 +9,8 @@ import numpy as np
 
 from itervision.matrix import seeds_for
 from itervision.params import Params
-from itervision.studies.common import (budget, learning_curve, load_study, per_exit, run_overhead, series, top1,
-                                       training_speed)
+from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
+                                       run_overhead, series, shared_cost_range, top1, training_speed)
 from itervision.stats import holm_fill, mcnemar, mean_ci, paired_difference
 
 ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ablation", "embedding"))
@@ -101,6 +101,35 @@ def traces(p: Params, runs: dict) -> dict:
     }
 
 
+def exit_metrics(p: Params, runs: dict, profiles: dict) -> dict:
+    """The early-exit quantities of every main model with several exits (steps): oracle, overthinking,
+    calibration per step, accuracy at fractions of the costliest main model's cost, area under the frontier."""
+    s = p.study("recursive")
+    ds0 = s.datasets[0]
+    costs = {m: profiles[(ds0, m)]["costs"]["gflops_per_exit"] for m in s.main}
+    stepped = [m for m in s.main if len(costs[m]) > 1]
+    if not stepped:
+        return {}
+    largest = max(costs[m][-1] for m in stepped)
+    span = shared_cost_range(runs, ds0, [(m, p.seeds) for m in stepped], costs)
+    return {m: early_exit_summary(runs, ds0, m, p.seeds, costs[m], largest, span) for m in stepped}
+
+
+def extra_comparisons(p: Params, runs: dict) -> dict:
+    """Paired comparisons the claims ledger tests beyond the tables: DSA-MoE against SA-MoE (main seeds), and
+    the smallest against the largest sparsity budget of the k ablation (ablation seeds)."""
+    s = p.study("recursive")
+    out, ds0, ds = {}, s.datasets[0], ablation_dataset(p)
+    if "sa-moe" in s.main and s.reference != "sa-moe":
+        out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
+                                                                                           "sa-moe", p.seeds)}
+    ks = sorted(s.k_ablation, key=lambda m: runs[(ds, m, p.ablation_seeds[0])]["config"]["config"]["topk"])
+    if len(ks) >= 2:
+        out["k_smallest_vs_largest"] = {"model": ks[0], "against": ks[-1],
+                                        **_compare(runs, ds, ks[0], ks[-1], p.ablation_seeds)}
+    return out
+
+
 def ablation_dataset(p: Params) -> str:
     s = p.study("recursive")
     return s.ablation_datasets[0] if s.ablation_datasets else s.datasets[0]
@@ -121,6 +150,8 @@ def aggregate(p: Params) -> dict:
     for name, key in ABLATIONS:
         out[name] = ablation(p, runs, profiles, name, key)
     out["traces"] = traces(p, runs)
+    out["early_exit_metrics"] = exit_metrics(p, runs, profiles)
+    out["extra_comparisons"] = extra_comparisons(p, runs)
     out["per_step"], out["curves"], out["budgets"] = {}, {}, {}
     for m in s.main + s.ablations:
         ds, seeds = home(m)

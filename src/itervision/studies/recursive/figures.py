@@ -20,6 +20,9 @@ DVC_PLOTS = {
     "plots/recursive/dvc/learning_curves.csv": {
         "title": "Recursive classifier, top-1 (%) of the last exit against training images (test and calib)",
         "x": "images", "y": "top1", "template": "band_split"},
+    "plots/recursive/dvc/ece_per_step.csv": {
+        "title": "Recursive classifier, expected calibration error (%) at every step (mean and 95% t-band)",
+        "x": "step", "y": "ece", "template": "band"},
 }
 
 
@@ -87,11 +90,30 @@ def traces_figures(agg: dict, out: Path) -> None:
                for i, s in enumerate(series)])
 
 
+def calibration_figure(agg: dict, out: Path) -> None:
+    """Expected calibration error at every step of each stepped main model."""
+    em = agg.get("early_exit_metrics") or {}
+    rows = []
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for m, e in em.items():
+        steps = list(range(1, len(e["ece"]) + 1))
+        r = curve(ax, steps, e["ece"], m, marker="o", ms=3)
+        rows += [[m, s, *v, "curve"] for s, v in zip(steps, r)]
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="recursion step (exit)", ylabel="expected calibration error (%)",
+           title=f"Calibration at every step ({agg['datasets'][0]})")
+    if em:
+        ax.legend(fontsize=7)
+    save(fig, out / "ece_per_step.png")
+    write_csv(out / "dvc" / "ece_per_step.csv", ["model", "step", "ece", "low", "high", "kind"], rows)
+
+
 def write_figures(agg: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference(reference_csv("recursive"))
     accuracy_per_step_figure(agg, ref, out)
     sparsity_figure(agg, ref, out)
     traces_figures(agg, out)
+    calibration_figure(agg, out)
     learning_curves(agg["curves"], out / "learning_curves.png", out / "dvc" / "learning_curves.csv",
                     f"Learning curves ({agg['datasets'][0]})")

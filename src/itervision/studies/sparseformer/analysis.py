@@ -17,10 +17,10 @@ from itervision.evaluation.early_exit import (DISPLAY_THRESHOLDS, apply_threshol
                                               choose_for_target, exact_sweep, sweep)
 from itervision.matrix import seeds_for
 from itervision.params import Params
-from itervision.stats import (cost_to_reach, holm_fill, interpolate_log_cost, mean_band, mean_ci, paired_difference,
-                              shared_log_grid)
-from itervision.studies.common import (budget, learning_curve, load_study, per_exit, run_overhead, top1,
-                                       training_speed)
+from itervision.stats import (cost_to_reach, expected_calibration_error, holm_fill, interpolate_log_cost, mean_band,
+                              mean_ci, paired_difference, shared_log_grid)
+from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
+                                       run_overhead, shared_cost_range, top1, training_speed)
 
 NAN = float("nan")
 
@@ -75,26 +75,40 @@ def model_rows(sw: Sweeps, models: list, seeds: dict) -> dict:
             "params": prof["costs"]["stored_params"], "top1": per_exit(sw.runs, sw.dataset, m, seeds[m]),
             "latency_ms": [t["latency_ms"] for t in prof["timing"]],
             "images_per_s": [t["images_per_s"] for t in prof["timing"]], "timing_batch": prof["timing"][0]["batch"],
-            "device": prof.get("device", ""),
+            "device": prof.get("device", ""), "ece": calibration_per_exit(sw, m, seeds[m]),
         }
     return out
+
+
+def calibration_per_exit(sw: Sweeps, model: str, seeds: list) -> list:
+    """Expected calibration error of every exit on the test split, mean and t-interval over seeds."""
+    per_seed = []
+    for sd in seeds:
+        test = sw.predictions(model, sd, "test")
+        per_seed.append([expected_calibration_error(test["prob"][:, e], test["correct"][:, e])
+                         for e in range(test["pred"].shape[1])])
+    return [mean_ci([v[e] for v in per_seed]) for e in range(len(per_seed[0]))]
 
 
 def matched_cost(sw: Sweeps, model: str, budget_model: str, budget_cost: float, seeds: dict) -> dict:
     """Table 2: early exit at the cost of a static model, the threshold chosen on calib, scored on test."""
     sds = [sd for sd in seeds[model] if sd in seeds[budget_model]]
-    ee_acc, ee_cost, static_acc, paper_acc, chosen = [], [], [], [], []
+    ee_acc, ee_cost, static_acc, paper_acc, chosen, shares = [], [], [], [], [], []
+    rounds = len(sw.costs(model))
     for sd in sds:
         calib, test = sw.sweep(model, sd, "calib"), sw.sweep(model, sd, "test")
         i = choose_for_budget(calib, budget_cost)
-        scored = sw.on_test(model, sd, calib["threshold"][i]) if i is not None else {"accuracy": NAN, "cost": NAN}
+        scored = sw.on_test(model, sd, calib["threshold"][i]) if i is not None else \
+            {"accuracy": NAN, "cost": NAN, "histogram": [NAN] * rounds}
         ee_acc.append(scored["accuracy"])
         ee_cost.append(scored["cost"])
+        shares.append(np.asarray(scored["histogram"], dtype=float) / max(1.0, np.nansum(scored["histogram"])))
         chosen.append(float(calib["threshold"][i]) if i is not None else NAN)
         static_acc.append(top1(sw.run(budget_model, sd)))
         paper_acc.append(float(interpolate_log_cost(test["cost"], test["accuracy"], [budget_cost])[0]))
     return {"model": model, "budget_model": budget_model, "budget_gflops": budget_cost, "seeds": sds,
-            "thresholds": chosen, "accuracy": mean_ci(ee_acc), "cost": mean_ci(ee_cost),
+            "thresholds": chosen, "accuracy": mean_ci(ee_acc), "accuracy_per_seed": ee_acc, "cost": mean_ci(ee_cost),
+            "exit_share": [mean_ci([sh[r] for sh in shares]) for r in range(rounds)],
             "static_accuracy": mean_ci(static_acc), "difference": paired_difference(ee_acc, static_acc),
             "paper_style_accuracy": mean_ci(paper_acc), "paper_style_difference": paired_difference(paper_acc,
                                                                                                   static_acc)}
@@ -174,6 +188,14 @@ def frontier(sw: Sweeps, model: str, latency_ms: list, seeds: list, points: int)
             "thresholds": list(DISPLAY_THRESHOLDS), "exit_share": np.mean(share, axis=0).tolist()}
 
 
+def memory_at_budget(with_memory: dict, without: dict) -> dict:
+    """Early exit with against without memory at the same budget: paired over their common seeds."""
+    common = [sd for sd in with_memory["seeds"] if sd in without["seeds"]]
+    a = [with_memory["accuracy_per_seed"][with_memory["seeds"].index(sd)] for sd in common]
+    b = [without["accuracy_per_seed"][without["seeds"].index(sd)] for sd in common]
+    return {"budget_model": with_memory["budget_model"], "seeds": common, "difference": paired_difference(a, b)}
+
+
 def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> dict:
     s = p.study("sparseformer")
     rec, nomem = s.recurrent, s.no_memory
@@ -192,6 +214,13 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     out["other_checks"] = other_checks(sw, out["models"], rec, s.static, seeds)
     out["frontier"] = {m: frontier(sw, m, out["models"][m]["latency_ms"], seeds[m], s.frontier_points)
                        for m in (rec, nomem)}
+    largest = max(gflops[m] for m in s.static)
+    span = shared_cost_range(runs, dataset, [(m, seeds[m]) for m in (rec, nomem)], {m: sw.costs(m) for m in models})
+    out["early_exit_metrics"] = {m: early_exit_summary(runs, dataset, m, seeds[m], sw.costs(m), largest, span)
+                                 for m in (rec, nomem)}
+    out["memory_early_exit"] = [memory_at_budget(a, b) for a, b in zip(out["matched_cost"],
+                                                                          out["matched_cost_no_memory"])]
+    holm_fill([r["difference"] for r in out["memory_early_exit"]])
     out["claims"] = {"matched_cost": [verdict(b["difference"]) for b in out["matched_cost"]]}
     out["curves"] = {m: learning_curve(runs, dataset, m, seeds[m]) for m in models}
     out["budgets"] = {m: budget(runs, dataset, m, seeds[m]) for m in models}

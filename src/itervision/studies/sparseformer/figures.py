@@ -16,6 +16,12 @@ DVC_PLOTS = {
     "plots/sparseformer/dvc/curves": {
         "title": "SparseFormer, top-1 (%) of the last exit against training images (test and calib)",
         "x": "images", "y": "top1", "template": "band_split"},
+    "plots/sparseformer/dvc/calibration": {
+        "title": "SparseFormer, expected calibration error (%) of every exit (mean and 95% t-band over seeds)",
+        "x": "exit", "y": "ece", "template": "band"},
+    "plots/sparseformer/dvc/budget": {
+        "title": "SparseFormer early exit, test top-1 (%) at a fraction of the largest static model's cost",
+        "x": "fraction", "y": "top1", "template": "band"},
 }
 
 
@@ -100,6 +106,45 @@ def rounds_used_figure(agg: dict, d: dict, ds: str, out: Path) -> None:
     save(fig, out / f"rounds_used_{ds}.png")
 
 
+def early_exit_figure(agg: dict, d: dict, ds: str, out: Path) -> None:
+    """The early-exit panel: the frontier with each model's oracle bound, and the rounds the calibrated thresholds
+    use at each budget (share of test images per round, mean over seeds)."""
+    fig, (ax, hx) = plt.subplots(1, 2, figsize=(11, 4))
+    for m, f in d["frontier"].items():
+        b = f["gflops"]
+        curve(ax, b["cost"], [{"mean": mu, "half_width": h} for mu, h in zip(b["mean"], b["half_width"])],
+              f"{m}, early exit")
+        o = d["early_exit_metrics"][m]
+        mu, lo, hi = band(o["oracle_accuracy"])
+        ax.errorbar([o["oracle_cost"]["mean"]], [mu], yerr=[[mu - lo], [hi - mu]], fmt="*", ms=10, capsize=3,
+                    color=ax.lines[-1].get_color(), label=f"{m}, oracle exit (bound)")
+    for m in agg["static"]:
+        v = d["models"][m]
+        mu, lo, hi = band(v["top1"][-1])
+        ax.errorbar([v["gflops"][-1]], [mu], yerr=[[mu - lo], [hi - mu]], fmt="s", capsize=3, color="black")
+    log_ticks(ax, [d["models"][m]["gflops"][-1] for m in agg["static"]])
+    ax.set(xlabel="GFLOPs per image (fvcore)", ylabel="test top-1 (%)", title=f"Early exit and its oracle ({ds})")
+    ax.legend(fontsize=7)
+    rows = [r for r in d["matched_cost"]]
+    bottom = [0.0] * len(rows)
+    for r in range(len(rows[0]["exit_share"]) if rows else 0):
+        vals = [100 * (row["exit_share"][r]["mean"] if row["exit_share"][r]["n"] else 0.0) for row in rows]
+        hx.bar(range(len(rows)), vals, bottom=bottom, label=f"round {r + 1}")
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    hx.set_xticks(range(len(rows)), [row["budget_model"].replace("sf-", "at ") for row in rows], fontsize=8)
+    hx.set(ylabel="share of test images (%)", title=f"Rounds used at each budget ({agg['recurrent']})")
+    hx.legend(fontsize=7)
+    save(fig, out / f"early_exit_{ds}.png")
+    ece_rows = [[m, e + 1, *band(s), "curve"] for m, v in d["models"].items() for e, s in enumerate(v["ece"])]
+    write_csv(out / "dvc" / "calibration" / f"ece_{ds}.csv", ["model", "exit", "ece", "low", "high", "kind"],
+              ece_rows)
+    budget_rows = [[m, f, *band(e[f"accuracy_at_{int(100 * f)}"]), "curve"]
+                   for m, e in d["early_exit_metrics"].items() for f in (0.25, 0.5, 0.75, 1.0)
+                   if e[f"accuracy_at_{int(100 * f)}"]["n"]]
+    write_csv(out / "dvc" / "budget" / f"accuracy_at_budget_{ds}.csv", ["model", "fraction", "top1", "low", "high",
+                                                                       "kind"], budget_rows)
+
+
 def write_figures(agg: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference(reference_csv("sparseformer"))
@@ -108,5 +153,6 @@ def write_figures(agg: dict, out: Path) -> None:
         for axis in ("gflops", "latency"):
             frontier_figure(agg, d, ds, axis, published, out)
         rounds_used_figure(agg, d, ds, out)
+        early_exit_figure(agg, d, ds, out)
         learning_curves(d["curves"], out / f"learning_curves_{ds}.png",
                         out / "dvc" / "curves" / f"learning_curves_{ds}.csv", f"Learning curves ({ds})")

@@ -1,0 +1,275 @@
+"""The campaign: the stages DVC says are not up to date, independent ones in parallel on Dask workers, recorded by
+DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make campaign; make repro uses it).
+
+    python -m itervision.campaign                       # local: as many workers as the cores allow
+    python -m itervision.campaign --workers 2           # local: 2 worker processes on this machine
+    python -m itervision.campaign --gpus-per-worker 8   # local: one worker per group of 8 GPUs (torchrun inside)
+    python -m itervision.campaign --scheduler tcp://HOST:8786   # any running Dask cluster (SLURM: dask-jobqueue)
+    python -m itervision.campaign TARGET ...            # only what the targets need, as `dvc repro TARGET`
+
+How: the coordinator (this process, the only one that touches DVC) walks DVC's stage graph (repo.index.graph).
+Once a stage's dependencies are settled it asks DVC whether the stage changed; if so it removes the stage's
+outputs and submits its command to Dask, so independent stages run side by side. Each stage that succeeds is
+recorded by DVC's own calls, as `dvc repro` does after a command: save (hashes, run cache), commit (outputs into
+the cache), dump (dvc.lock). A stage whose inputs are unchanged after its upstream reran is not run, as in
+`dvc repro`. Afterwards `dvc status` is clean and `dvc repro` runs nothing.
+
+Dask executes: one task per stage, its command in a subprocess that dies with its worker (PR_SET_PDEATHSIG). A
+worker killed mid-run is replaced by its nanny and the scheduler runs the stage again, which resumes from its
+checkpoint (stages/run.py); a run's exclusive lock keeps two processes off one run. A stage that fails (a bad
+input) is reported in one line with the last line it printed, and its dependents do not run; independent stages
+go on, and the exit status is 2 (as for every error of the command line). Nothing is recorded for a stage that
+did not succeed, and the dvc.lock files are checked before anything runs (lockfiles.py). A campaign stopped and
+started again continues: DVC knows which stages are recorded, and runs resume from their checkpoints.
+
+Why Dask: it runs a task graph on one machine (LocalCluster) and on clusters users have (SLURM, PBS, LSF and SGE
+through dask-jobqueue, Kubernetes, or `dask scheduler` / `dask worker` started by hand) with the same client
+code, restarts dead workers, and both deployments can be tested for real on one machine. Ray can do the same
+with a heavier runtime and no job-queue adapters of its own; submitit covers SLURM alone and runs no local pool.
+
+The thread count of a CPU run is part of its recipe (train.threads), so any number of workers gives the committed
+numbers; a local worker gets OMP_NUM_THREADS = cores / workers for everything else. `dvc exp run` cannot drive a
+campaign (it runs `dvc repro` itself, one stage at a time): run the campaign, then `dvc exp save` to record the
+workspace as an experiment.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from itervision.errors import ArgumentParser, UserError, cli_entry
+
+
+# ------------------------------------------------------------------------------------------ on a worker
+
+def run_command(cmd: str, cwd: str, env: dict | None = None) -> dict:
+    """Run a stage's command in a subprocess that is killed when this worker dies; (rc, seconds, last line)."""
+    def die_with_parent():  # Linux: the stage's process goes when the worker process goes (kill -9 included)
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+    # A plain command runs without a shell between it and the worker: PR_SET_PDEATHSIG does not pass to the
+    # children of a shell (dash forks even its last command), so a killed worker would leave the run going.
+    argv = shlex.split(cmd) if not set(cmd) & set("|&;<>()$`*?[]#~=%\n\"'") else ["/bin/sh", "-c", cmd]
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                       preexec_fn=die_with_parent)
+    lines = [x for x in (r.stderr + r.stdout).splitlines() if x.strip() and not x.startswith("\r")]
+    tail = next((x for x in reversed(lines) if x.startswith("error")), lines[-1] if lines else "")
+    resumed = next((x.strip() for x in lines if x.lstrip().startswith("resuming ")), "")  # a retried run says so
+    return {"rc": r.returncode, "seconds": time.perf_counter() - t0, "last": tail[-300:], "resumed": resumed,
+            "host": os.uname().nodename}
+
+
+# ------------------------------------------------------------------------------------------ the coordinator
+
+@dataclass
+class Outcome:
+    ran: list = field(default_factory=list)        # (stage, seconds)
+    skipped: list = field(default_factory=list)    # up to date
+    failed: list = field(default_factory=list)     # (stage, last line)
+    blocked: list = field(default_factory=list)    # dependents of a failed stage
+
+
+def needed(graph, targets):
+    """The part of DVC's stage graph the targets need (all of it when there are none). DVC's edges go from a
+    stage to the stages it depends on."""
+    import networkx as nx
+
+    if not targets:
+        return graph
+    nodes = set()
+    for t in targets:
+        nodes |= {t} | nx.descendants(graph, t)
+    return graph.subgraph(nodes)
+
+
+def resolve_targets(repo, names: list[str]) -> list:
+    out = []
+    for name in names:
+        found = [s for s in repo.index.stages if s.addressing == name or s.addressing.split(":")[-1] == name
+                 or s.addressing.split(":")[-1].split("@")[0] == name]
+        if not found:
+            raise UserError(f"no stage '{name}' in the pipeline; see `dvc stage list --all`")
+        out += found
+    return out
+
+
+def restore_from_run_cache(stage) -> bool:
+    from dvc.stage.cache import RunCacheNotFoundError
+
+    try:
+        stage.repo.stage_cache.restore(stage)
+        return True
+    except RunCacheNotFoundError:
+        return False
+
+
+def record(stage) -> None:
+    """What `dvc repro` does after a stage's command succeeded: hashes (and the run cache), outputs into the
+    cache, the stage's entry in its dvc.lock."""
+    no_cache_outs = any(not out.use_cache for out in stage.outs if not (out.is_metric or out.is_plot))
+    stage.save(run_cache=not no_cache_outs)
+    stage.commit()
+    stage.dump(update_pipeline=False)
+
+
+def campaign(client, targets: list[str] = (), env: dict | None = None, log=print) -> Outcome:
+    """Run every changed stage the targets need on the Dask cluster of `client`. A stage is looked at once all
+    its dependencies are settled: up to date (or restored from the run cache) it is settled at once, changed it
+    is submitted; the cluster runs what is submitted in parallel, stages with more dependents first."""
+    import networkx as nx
+    from distributed import as_completed
+    from dvc.repo import Repo
+
+    from itervision.lockfiles import repair
+
+    for line in repair():
+        log(line)
+    repo = Repo(".")
+    graph = needed(repo.index.graph, resolve_targets(repo, list(targets)))
+    out = Outcome()
+    pending, done, broken, running = set(graph.nodes), set(), set(), {}
+    queue = as_completed()
+
+    def start_ready():
+        """Settle or submit every pending stage whose dependencies are all settled (repeat while that settles
+        more)."""
+        moved = True
+        while moved:
+            moved = False
+            for stage in sorted(pending, key=lambda s: s.addressing):
+                deps = set(graph.successors(stage))
+                if deps & broken:
+                    pending.discard(stage)
+                    broken.add(stage)
+                    out.blocked.append(stage.addressing)
+                    moved = True
+                elif deps <= done:
+                    pending.discard(stage)
+                    with repo.lock:
+                        if not stage.changed():
+                            fresh = False
+                        elif restore_from_run_cache(stage):
+                            stage.dump(update_pipeline=False)
+                            log(f"{stage.addressing}: restored from the run cache")
+                            fresh = False
+                        else:
+                            stage.remove_outs(ignore_remove=False, force=False)
+                            fresh = True
+                    if fresh:
+                        future = client.submit(run_command, stage.cmd, stage.wdir, env, key=f"stage-{stage.addressing}",
+                                               pure=False, priority=len(nx.ancestors(graph, stage)))
+                        running[future] = stage
+                        queue.add(future)
+                    else:
+                        out.skipped.append(stage.addressing)
+                        done.add(stage)
+                        moved = True
+
+    start_ready()
+    for future in queue:
+        stage = running.pop(future)
+        try:
+            result = future.result()
+        except Exception as err:  # the task itself broke (not the stage): the cluster gave up on it
+            result = {"rc": -1, "seconds": 0.0, "last": f"{type(err).__name__}: {err}", "resumed": ""}
+        if result["rc"] == 0:
+            with repo.lock:
+                record(stage)
+            done.add(stage)
+            out.ran.append((stage.addressing, result["seconds"]))
+            log(f"{stage.addressing}: done in {result['seconds']:.0f} s"
+                + (f" ({result['resumed']})" if result.get("resumed") else ""))
+        else:
+            broken.add(stage)
+            out.failed.append((stage.addressing, result["last"]))
+            log(f"{stage.addressing}: FAILED (exit {result['rc']}): {result['last']}")
+        start_ready()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ clusters
+
+def local_cluster(workers: int, threads: int, gpus_per_worker: int = 0):
+    """Dask workers on this machine: `workers` processes (nanny-supervised: a killed worker comes back), each with
+    OMP_NUM_THREADS = threads and, with GPUs, its own group of devices (CUDA_VISIBLE_DEVICES)."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    spec = {}
+    for i in range(workers):
+        env = {"OMP_NUM_THREADS": str(threads)}
+        if gpus_per_worker:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(i * gpus_per_worker,
+                                                                         (i + 1) * gpus_per_worker))
+        spec[f"worker-{i}"] = {"cls": Nanny, "options": {"nthreads": 1, "env": env, "memory_limit": 0}}
+    return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                       silence_logs=40)
+
+
+def default_workers(gpus_per_worker: int) -> int:
+    if gpus_per_worker:
+        import torch
+
+        return max(1, torch.cuda.device_count() // gpus_per_worker)
+    threads = recipe_threads()
+    return max(1, (os.cpu_count() or 1) // threads)
+
+
+def recipe_threads() -> int:
+    """The CPU threads a run of this params file uses (train.threads, the largest over the studies)."""
+    from itervision.params import load_params, train_config
+
+    p = load_params()
+    return max(train_config(p, ds, s).threads for s in p.studies for ds in p.study(s).datasets)
+
+
+@cli_entry
+def main(argv=None):
+    ap = ArgumentParser(prog="python -m itervision.campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*", help="stages to bring up to date, with what they need (default: all)")
+    ap.add_argument("--workers", type=int, help="local Dask workers (default: cores / train.threads, or one per "
+                                                "GPU group)")
+    ap.add_argument("--gpus-per-worker", type=int, default=0, help="local GPU workers: devices each one gets")
+    ap.add_argument("--scheduler", help="address of a running Dask scheduler (a cluster) instead of local workers")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # quiet workers (read when dask is imported)
+    from distributed import Client
+
+    t0 = time.perf_counter()
+    if args.scheduler:
+        client, cluster = Client(args.scheduler), None
+        where = f"Dask scheduler {args.scheduler} ({len(client.scheduler_info()['workers'])} workers)"
+    else:
+        n = args.workers or default_workers(args.gpus_per_worker)
+        threads = max(1, (os.cpu_count() or 1) // n)
+        cluster = local_cluster(n, threads, args.gpus_per_worker)
+        client = Client(cluster)
+        where = f"{n} local Dask workers" + (f" x {args.gpus_per_worker} GPUs" if args.gpus_per_worker else
+                                            f" x {threads} threads")
+    print(f"campaign on {where}", flush=True)
+    try:
+        out = campaign(client, args.targets, log=lambda line: print(line, flush=True))
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    print(f"campaign: {len(out.ran)} stages ran, {len(out.skipped)} up to date, {len(out.failed)} failed, "
+          f"{len(out.blocked)} not run after a failure, in {time.perf_counter() - t0:.0f} s", flush=True)
+    if out.failed:
+        first = out.failed[0]
+        raise UserError(f"stage {first[0]} failed: {first[1]}" + (f" (and {len(out.failed) - 1} more)"
+                                                                     if len(out.failed) > 1 else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The quantitative claims of seed document 003: every row of its two tables (data/reference/sparseformer.csv) and
+its prose claims, each tied to what this pipeline measured for it (metrics/sparseformer/aggregate.json on this
+scale's dataset, metrics/paper_costs.json at the paper configurations). The ledger (itervision/ledger.py) tests
+them, adjusts within the document, and gives the verdicts."""
+from __future__ import annotations
+
+import re
+
+from itervision.ledger import Claim, accounting, differenced, quantity, untestable
+
+ABSOLUTE = ("an absolute figure of 200 epochs on an ImageNet subset at 160-192 px; this scale trains under one epoch "
+            "of Fashion-MNIST at 28 px")
+DOC = "sparseformer"
+
+
+def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
+    ds0 = next(iter(agg["datasets"]))
+    d = agg["datasets"][ds0]
+    ours = _OurRows(agg, d, ds0)
+    out = []
+    for (ds, row, q), value in ref.items():
+        if q == "gflops" and ours.model_of(row):
+            model, exit_index = ours.model_of(row)
+            fig = (paper.get(DOC, {}).get(ds, {}).get(model) or {}).get("gflops_per_exit")
+            out.append(accounting(f"003-{ds}-{_slug(row)}-gflops", DOC, f"{row} on {ds}: {value:g} GFLOPs",
+                                  [(ds, row, q)], value, fig[exit_index] if fig else None,
+                                  "fvcore count at the paper configuration, published convention "
+                                  "(metrics/paper_costs.json)"))
+        elif q in ("top1", "gflops"):
+            out.append(untestable(f"003-{ds}-{_slug(row)}-{q}", DOC, f"{row} on {ds}: {value:g}"
+                                  + (" % top-1" if q == "top1" else " GFLOPs"), [(ds, row, q)], value,
+                                  "%" if q == "top1" else "GFLOPs", ABSOLUTE, shown=ours.top1(row) if q == "top1"
+                                  else None, scale=100))
+        elif q == "gain":
+            budget = re.search(r"static-(\d+)", row).group(1)
+            diff = ours.matched(f"static-{budget}")
+            out.append(differenced(f"003-{ds}-{_slug(row)}", DOC, f"on {ds}, early exit at the cost of the static "
+                                   f"{budget}-token model is {value:g} points more accurate than it", [(ds, row, q)],
+                                   value, diff and diff["difference"], test_id=f"early exit - static-{budget}",
+                                   test=f"paired t, early exit (threshold chosen on calib) - static-{budget}, test "
+                                        f"top-1 on {ds0}"))
+        elif q == "saving":
+            key = "reach_static" if "static" in row else "reach_all_rounds"
+            r = d[key]
+            target = "the static 25-token accuracy" if key == "reach_static" else "the all-rounds accuracy"
+            out.append(quantity(f"003-{ds}-{_slug(row)}", DOC, f"on {ds}, early exit reaches {target} with "
+                                f"{value:.0%} less compute", [(ds, row, q)], value, r["saving_per_seed"], null=0.0,
+                                unit="fraction of compute", test_id=key,
+                                test=f"one-sample t of the per-seed compute saving against 0 (threshold chosen on "
+                                     f"calib, cost read on test, {ds0}; reached in {r['reached']}/{len(r['seeds'])} "
+                                     f"seeds)"))
+    out += _memory_claims(agg, d, ds0, ref) + _static_claims(d, ds0, ref)
+    return out
+
+
+def _memory_claims(agg: dict, d: dict, ds0: str, ref: dict) -> list[Claim]:
+    out = []
+    for m in d["memory_ablation"]["rounds"]:
+        r = m["round"]
+        with_key, without_key = ("imagenet200", f"recurrent exit {r}", "top1"), ("imagenet200",
+                                                                                 f"no-memory exit {r}", "top1")
+        if with_key in ref and without_key in ref:
+            published = ref[with_key] - ref[without_key]
+            out.append(differenced(f"003-memory-round{r}", DOC, f"on imagenet200, round {r} with the memory is "
+                                   f"{published:+.2f} points against the rounds without it", [with_key, without_key],
+                                   published, m["difference"], test_id=f"memory round {r}",
+                                   test=f"paired t, with - without memory at round {r}, {ds0}, seeds "
+                                        f"{d['memory_ablation']['seeds']}"))
+    for row in d.get("memory_early_exit", []):
+        tok = d["models"][row["budget_model"]]["tokens"][0]
+        with_key = ("imagenet200", f"early exit at static-{tok}", "top1")
+        without_key = ("imagenet200", f"no-memory early exit at static-{tok}", "top1")
+        if with_key in ref and without_key in ref:
+            published = ref[with_key] - ref[without_key]
+            out.append(differenced(f"003-memory-early-exit-{tok}", DOC, f"on imagenet200, early exit at the static "
+                                   f"{tok}-token cost is {published:+.2f} points with the memory than without",
+                                   [with_key, without_key], published, row["difference"],
+                                   test_id=f"memory early exit {tok}",
+                                   test=f"paired t, early exit with - without memory at the static-{tok} cost, {ds0}"))
+    return out
+
+
+def _static_claims(d: dict, ds0: str, ref: dict) -> list[Claim]:
+    out = []
+    checks = {c.get("model"): c for c in d["other_checks"]}
+    r1, s9 = ("imagenet100", "recurrent exit 1", "top1"), ("imagenet100", "static-9", "top1")
+    first = next((c for c in d["other_checks"] if c["what"].startswith("round 1")), None)
+    if r1 in ref and s9 in ref:
+        out.append(differenced("003-round1-vs-static9", DOC, f"on imagenet100, round 1 is {ref[r1] - ref[s9]:+.2f} "
+                               "points against a static 9-token model of the same cost", [r1, s9], ref[r1] - ref[s9],
+                               first and first["difference"], test_id="round 1 - static-9",
+                               test=f"paired t, round 1 - static-9, {ds0}"))
+    last = ("imagenet100", "recurrent exit 3", "top1")
+    for tok in (36, 49):
+        key = ("imagenet100", f"static-{tok}", "top1")
+        if last in ref and key in ref:
+            check = checks.get(f"sf-static-{tok}")
+            out.append(differenced(f"003-last-vs-static{tok}", DOC, f"on imagenet100, the static {tok}-token model "
+                                   f"is more accurate than the recurrent model's last exit "
+                                   f"({ref[last] - ref[key]:+.2f} points)", [last, key], ref[last] - ref[key],
+                                   check and check["difference"], test_id=f"last exit - static-{tok}",
+                                   test=f"paired t, last exit - static-{tok}, {ds0}"))
+    return out
+
+
+class _OurRows:
+    """This scale's analogue of a published row: which model and exit it is, and its top-1 here."""
+
+    def __init__(self, agg: dict, d: dict, ds0: str):
+        self.agg, self.d, self.ds0 = agg, d, ds0
+
+    def model_of(self, row: str):
+        m = re.fullmatch(r"static-(\d+)", row)
+        if m:
+            return f"sf-static-{m.group(1)}", -1
+        m = re.fullmatch(r"(recurrent|no-memory) exit (\d)", row)
+        if m:
+            return (self.agg["recurrent"] if m.group(1) == "recurrent" else self.agg["no_memory"]), int(m.group(2)) - 1
+        return None
+
+    def top1(self, row: str):
+        found = self.model_of(row)
+        if found and found[0] in self.d["models"]:
+            return self.d["models"][found[0]]["top1"][found[1]]
+        m = re.fullmatch(r"(no-memory )?early exit at static-(\d+)", row)
+        if m:
+            rows = self.d["matched_cost_no_memory" if m.group(1) else "matched_cost"]
+            hit = next((r for r in rows if r["budget_model"] == f"sf-static-{m.group(2)}"), None)
+            return hit and hit["accuracy"]
+        return None
+
+    def matched(self, budget: str):
+        return next((r for r in self.d["matched_cost"] if r["budget_model"] == f"sf-{budget}"), None)
+
+
+def _slug(row: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", row.lower()).strip("-")

@@ -1,0 +1,112 @@
+"""The campaign on real Dask workers at the tiny scale: the same metrics as the sequential `dvc repro` of the
+session's repository, DVC recording every stage (`dvc status` clean, `dvc repro` runs nothing), a worker killed
+with kill -9 mid-run, a cluster of separately started `dask scheduler` / `dask worker` processes, and a failing
+stage that stops its dependents."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import BIN, make_repo, sh
+
+pytestmark = pytest.mark.slow
+PY = sys.executable
+ENV = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
+
+
+def campaign(repo, *args, timeout=900):
+    return subprocess.run([PY, "-m", "itervision.campaign", *args], cwd=repo, capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def run_processes(repo) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every `stages/run.py` process working in `repo`."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if any(c.endswith(b"stages/run.py") for c in cmd) and cwd == str(repo):
+            out.append((int(pid), ppid))
+    return out
+
+
+def test_two_local_workers_give_the_sequential_metrics_and_survive_a_killed_worker(built_repo, tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    killed = []
+
+    def kill_a_worker():  # kill -9 the Dask worker process of the first run that has written a checkpoint
+        deadline = time.time() + 600
+        while time.time() < deadline and not killed:
+            if any((repo / "checkpoints").rglob("last.pt")):
+                procs = run_processes(repo)
+                if procs:
+                    worker = procs[0][1]  # the run's parent: the Dask worker process that executes its stage
+                    assert b"multiprocessing" in open(f"/proc/{worker}/cmdline", "rb").read()
+                    os.kill(worker, signal.SIGKILL)
+                    killed.append(procs[0])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_a_worker, daemon=True)
+    watcher.start()
+    r = campaign(repo, "--workers", "2", "aggregate_recursive")
+    watcher.join(timeout=1)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert killed, "no run was killed"
+    assert "campaign on 2 local Dask workers" in r.stdout and " 0 failed" in r.stdout
+    assert "(resuming " in r.stdout, r.stdout  # the killed run was run again from its checkpoint
+    ours = json.loads((repo / "metrics/recursive.json").read_text())
+    assert ours == json.loads((built_repo / "metrics/recursive.json").read_text())  # bit-identical to `dvc repro`
+    assert "up to date" in sh("dvc status aggregate_recursive", repo)
+    assert "Running stage" not in sh("dvc repro aggregate_recursive", repo)
+    assert not list((repo / "runs").rglob(".*.tmp"))  # no staging folder left behind
+
+
+def test_a_real_dask_cluster_runs_the_campaign(built_repo, tmp_path):
+    """A scheduler and two workers started as their own processes (what a SLURM job script starts)."""
+    repo = make_repo(tmp_path / "repo")
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--port", "0", "--dashboard-address", ":0",
+                               "--scheduler-file", str(sched_file)], env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                           "--no-dashboard", "--memory-limit", "0"], env={**ENV, "OMP_NUM_THREADS": "1"},
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        r = campaign(repo, "--scheduler", address, "aggregate_sparseformer")
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert f"Dask scheduler {address}" in r.stdout
+        ours = json.loads((repo / "metrics/sparseformer.json").read_text())
+        assert ours == json.loads((built_repo / "metrics/sparseformer.json").read_text())
+        assert "up to date" in sh("dvc status aggregate_sparseformer", repo)
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_failing_stage_stops_its_dependents_with_one_line(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    params = repo / "params.yaml"
+    params.write_text(params.read_text().replace("global_batch: 16", "global_batch: 0"))
+    r = campaign(repo, "--workers", "1", "aggregate_recursive")
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: stage configure failed: error: params key "
+                                                   "'train.global_batch' = 0"), r.stderr
+    assert "run_recursive" not in r.stdout.replace("not run after a failure", "")
+    assert not (repo / "runs").exists()
