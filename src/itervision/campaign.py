@@ -9,7 +9,8 @@ DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make c
 
 How: the coordinator (this process, the only one that touches DVC) walks DVC's stage graph (repo.index.graph).
 Once a stage's dependencies are settled it asks DVC whether the stage changed; if so it removes the stage's
-outputs and submits its command to Dask, so independent stages run side by side. Each stage that succeeds is
+outputs and submits its command to Dask, so independent stages run side by side (a latency profile, marked
+`meta: {alone: true}` in its dvc.yaml, runs with nothing beside it, so its timings are not shared). Each stage that succeeds is
 recorded by DVC's own calls, as `dvc repro` does after a command: save (hashes, run cache), commit (outputs into
 the cache), dump (dvc.lock). A stage whose inputs are unchanged after its upstream reran is not run, as in
 `dvc repro`. Afterwards `dvc status` is clean and `dvc repro` runs nothing.
@@ -138,12 +139,12 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
     repo = Repo(".")
     graph = needed(repo.index.graph, resolve_targets(repo, list(targets)))
     out = Outcome()
-    pending, done, broken, running = set(graph.nodes), set(), set(), {}
+    pending, done, broken, running, ready = set(graph.nodes), set(), set(), {}, []
     queue = as_completed()
 
     def start_ready():
-        """Settle or submit every pending stage whose dependencies are all settled (repeat while that settles
-        more)."""
+        """Settle every pending stage whose dependencies are all settled, or put it in `ready` when it must run
+        (repeat while that settles more)."""
         moved = True
         while moved:
             moved = False
@@ -167,16 +168,31 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
                             stage.remove_outs(ignore_remove=False, force=False)
                             fresh = True
                     if fresh:
-                        future = client.submit(run_command, stage.cmd, stage.wdir, env, key=f"stage-{stage.addressing}",
-                                               pure=False, priority=len(nx.ancestors(graph, stage)))
-                        running[future] = stage
-                        queue.add(future)
+                        ready.append(stage)
                     else:
                         out.skipped.append(stage.addressing)
                         done.add(stage)
                         moved = True
 
+    def submit(stage):
+        future = client.submit(run_command, stage.cmd, stage.wdir, env, key=f"stage-{stage.addressing}",
+                               pure=False, priority=len(nx.ancestors(graph, stage)))
+        running[future] = stage
+        queue.add(future)
+
+    def dispatch():
+        """Submit what is ready. A stage marked `meta: {alone: true}` in its dvc.yaml (the latency profiles) runs
+        with nothing beside it: after every other ready stage, one at a time."""
+        if any(alone(s) for s in running.values()):
+            return
+        for stage in [s for s in ready if not alone(s)]:
+            ready.remove(stage)
+            submit(stage)
+        if ready and not running:
+            submit(ready.pop(0))
+
     start_ready()
+    dispatch()
     for future in queue:
         stage = running.pop(future)
         try:
@@ -195,7 +211,12 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
             out.failed.append((stage.addressing, result["last"]))
             log(f"{stage.addressing}: FAILED (exit {result['rc']}): {result['last']}")
         start_ready()
+        dispatch()
     return out
+
+
+def alone(stage) -> bool:
+    return bool((stage.meta or {}).get("alone"))
 
 
 # ------------------------------------------------------------------------------------------ clusters

@@ -52,7 +52,8 @@ def family_files(study: Study) -> list[Path]:
 # folded commands, and a stable, commented layout keeps the diffs readable.
 
 def _stage(name: str, *, cmd: str, deps: list[str], params: list[str] = (), outs: list = (), metrics: list = (),
-           matrix: dict | None = None, foreach: str | None = None, wdir: str | None = None) -> list[str]:
+           matrix: dict | None = None, foreach: str | None = None, wdir: str | None = None,
+           meta: dict | None = None) -> list[str]:
     ind = "      " if foreach else "    "
     lines = [f"  {name}:"]
     if foreach:
@@ -62,6 +63,9 @@ def _stage(name: str, *, cmd: str, deps: list[str], params: list[str] = (), outs
     if matrix:
         lines.append(f"{ind}matrix:")
         lines += [f"{ind}  {k}: {v}" for k, v in matrix.items()]
+    if meta:
+        lines.append(f"{ind}meta:")
+        lines += [f"{ind}  {k}: {v}" for k, v in meta.items()]
     if len(cmd) > 100:
         lines += [f"{ind}cmd: >-"] + [f"{ind}  {part}" for part in _wrap(cmd)]
     else:
@@ -150,6 +154,7 @@ def study_file(study: Study, ablation: bool) -> str:
                     cmd=f"python stages/profile_model.py --study {study.name} --dataset ${{item.dataset}} "
                         f"--model ${{item.model}}",
                     deps=profile + [f"{resolved}/model.json", f"{resolved}/profile.json"],
+                    meta={"alone": "true"},  # it measures latency: a campaign runs it with nothing beside it
                     outs=[f"runs/{study.name}/${{item.dataset}}/${{item.model}}/profile.json"])
     run = code_deps(ROOT / "stages/run.py", *family_files(study))
     lines += _stage(run_stage(study.name, ablation), wdir="../..",
