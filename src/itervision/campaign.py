@@ -1,5 +1,5 @@
 """The campaign: the stages DVC says are not up to date, independent ones in parallel on Dask workers, recorded by
-DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make campaign; make repro uses it).
+DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make campaign; docs/campaign.md).
 
     python -m itervision.campaign                       # local: as many workers as the cores allow
     python -m itervision.campaign --workers 2           # local: 2 worker processes on this machine
@@ -10,10 +10,10 @@ DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make c
 How: the coordinator (this process, the only one that touches DVC) walks DVC's stage graph (repo.index.graph).
 Once a stage's dependencies are settled it asks DVC whether the stage changed; if so it removes the stage's
 outputs and submits its command to Dask, so independent stages run side by side (a latency profile, marked
-`meta: {alone: true}` in its dvc.yaml, runs with nothing beside it, so its timings are not shared). Each stage that succeeds is
-recorded by DVC's own calls, as `dvc repro` does after a command: save (hashes, run cache), commit (outputs into
-the cache), dump (dvc.lock). A stage whose inputs are unchanged after its upstream reran is not run, as in
-`dvc repro`. Afterwards `dvc status` is clean and `dvc repro` runs nothing.
+`meta: {alone: true}` in its dvc.yaml, runs with nothing beside it, so its timings are not shared). Each stage
+that succeeds is recorded by DVC's own calls, as `dvc repro` does after a command: save (hashes, run cache),
+commit (outputs into the cache), dump (dvc.lock). A stage whose inputs are unchanged after its upstream reran
+is not run, as in `dvc repro`. Afterwards `dvc status` is clean and `dvc repro` runs nothing.
 
 Dask executes: one task per stage, its command in a subprocess that dies with its worker (PR_SET_PDEATHSIG). A
 worker killed mid-run is replaced by its nanny and the scheduler runs the stage again, which resumes from its
@@ -35,6 +35,7 @@ workspace as an experiment.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import signal
@@ -124,7 +125,7 @@ def record(stage) -> None:
     stage.dump(update_pipeline=False)
 
 
-def campaign(client, targets: list[str] = (), env: dict | None = None, log=print) -> Outcome:
+def campaign(client, targets: list[str] = (), env: dict | None = None, log=print, progress: bool = False) -> Outcome:
     """Run every changed stage the targets need on the Dask cluster of `client`. A stage is looked at once all
     its dependencies are settled: up to date (or restored from the run cache) it is settled at once, changed it
     is submitted; the cluster runs what is submitted in parallel, stages with more dependents first."""
@@ -136,8 +137,14 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
 
     for line in repair():
         log(line)
+    logging.getLogger("dvc").setLevel(logging.WARNING)  # not a line per dvc.lock update
     repo = Repo(".")
     graph = needed(repo.index.graph, resolve_targets(repo, list(targets)))
+    from tqdm import tqdm
+
+    bar = tqdm(total=graph.number_of_nodes(), unit="stage", desc="campaign", disable=not progress, file=sys.stdout)
+    if progress:
+        log = tqdm.write  # stage lines above the bar
     out = Outcome()
     pending, done, broken, running, ready = set(graph.nodes), set(), set(), {}, []
     queue = as_completed()
@@ -154,6 +161,7 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
                     pending.discard(stage)
                     broken.add(stage)
                     out.blocked.append(stage.addressing)
+                    bar.update()
                     moved = True
                 elif deps <= done:
                     pending.discard(stage)
@@ -171,6 +179,7 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
                         ready.append(stage)
                     else:
                         out.skipped.append(stage.addressing)
+                        bar.update()
                         done.add(stage)
                         moved = True
 
@@ -204,14 +213,18 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
                 record(stage)
             done.add(stage)
             out.ran.append((stage.addressing, result["seconds"]))
+            bar.update()
             log(f"{stage.addressing}: done in {result['seconds']:.0f} s"
                 + (f" ({result['resumed']})" if result.get("resumed") else ""))
         else:
             broken.add(stage)
             out.failed.append((stage.addressing, result["last"]))
+            bar.update()
             log(f"{stage.addressing}: FAILED (exit {result['rc']}): {result['last']}")
         start_ready()
         dispatch()
+        bar.set_postfix(running=len(running), failed=len(out.failed), refresh=False)
+    bar.close()
     return out
 
 
@@ -279,7 +292,7 @@ def main(argv=None):
                                             f" x {threads} threads")
     print(f"campaign on {where}", flush=True)
     try:
-        out = campaign(client, args.targets, log=lambda line: print(line, flush=True))
+        out = campaign(client, args.targets, log=lambda line: print(line, flush=True), progress=True)
     finally:
         client.close()
         if cluster is not None:

@@ -60,10 +60,12 @@ class ModelPlan:
 
     @property
     def measured_gpu_hours(self) -> float | None:
-        """GPU-hours of every run at the measured per-GPU rate (world GPUs, each at `batch`)."""
+        """GPU-hours of every run at the measured per-GPU rate (world GPUs, each at `batch`); every GPU of a run
+        compiles (at the same time), so the compile time counts world times."""
         if not self.measured:
             return None
-        seconds = self.train_images * self.epochs / self.measured["images_per_s"] + self.measured["compile_seconds"]
+        seconds = (self.train_images * self.epochs / self.measured["images_per_s"]
+                   + self.measured["compile_seconds"] * self.world)
         return seconds * self.runs / 3600
 
 
@@ -264,8 +266,23 @@ def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | 
                 mp.memory_gb = memory_gb(spec.config, train, batch, mcache)
             entry = (rates or {}).get("configs", {}).get(f"{study}/{ds}/{m}")
             mp.measured = measured_rate(entry, batch, train.compile) if entry else {}
+            if mp.measured and not mp.measured["compiled"] and train.compile != "none":
+                mp.measured = compiled_elsewhere(mp.measured, rates, study, m, batch, train.compile)
             out.append(mp)
     return out
+
+
+def compiled_elsewhere(eager: dict, rates: dict, study: str, model: str, batch: int, mode: str) -> dict:
+    """The eager rate × the compile speed-up the same model measured on another dataset at the same batch and mode
+    (the same architecture: the datasets differ in classes and channels only), its compile time paid once per
+    run; the eager rate when no dataset has one."""
+    for key, entry in sorted(rates.get("configs", {}).items()):
+        compiled = entry.get("compiled") or {}
+        if (key.startswith(f"{study}/") and key.endswith(f"/{model}") and compiled.get("mode") == mode
+                and compiled.get("batch") == batch == eager["batch"] and compiled.get("speedup")):
+            return {**eager, "images_per_s": eager["images_per_s"] * compiled["speedup"], "compiled": True,
+                    "compile_seconds": compiled["compile_seconds"], "speedup_from": key.split("/")[1]}
+    return eager
 
 
 PUBLISHED_CALIBRATION_GMAC = 1.054  # the document's fvcore count of the recurrent model, ImageNet-200
@@ -301,6 +318,8 @@ def estimate_hours(mp: ModelPlan, u: float) -> list[float]:
 def basis(mp: ModelPlan) -> str:
     if not mp.measured:
         return "estimate"
+    if mp.measured.get("speedup_from"):
+        return "compiled~"  # eager here x the speed-up measured compiled on another dataset
     return "compiled" if mp.measured["compiled"] else "measured"
 
 
@@ -311,7 +330,9 @@ def cost_table(plans: list[ModelPlan], fast: bool = False, rates: dict | None = 
              f"{CALIBRATION['epochs']} epochs, {CALIBRATION['gpus']} x {CALIBRATION['gpu']}"]
     if rates:
         lines.append(f"measured: {rates['gpu']} rates from {rates['path']} ({rates.get('date', 'undated')}, "
-                     f"{rates.get('source', 'make gpu-benchmark')}): used for every row marked 'measured'")
+                     f"{rates.get('source', 'make gpu-benchmark')}): used for every row marked 'measured' (eager), "
+                     f"'compiled' (compiled, measured) or 'compiled~' (eager x the compile speed-up of the same model "
+                     f"on another dataset)")
     gpu_col = f"{rates['gpu']} h" if rates else "measured h"
     lines.append(f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'ep':>4s} {'img/ep':>8s} {'batch':>5s} "
                  f"{'GMAC/img':>9s} " + " ".join(f"{g + ' h':>10s}" for g in GPUS) + f" {gpu_col:>16s} {'basis':>9s} "

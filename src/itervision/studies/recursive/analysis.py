@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from itervision.matrix import seeds_for
-from itervision.params import Params
+from itervision.params import Params, model_config
 from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
                                        run_overhead, series, shared_cost_range, top1, training_speed)
 from itervision.stats import holm_fill, mcnemar, mean_ci, paired_difference
@@ -62,7 +62,8 @@ def efficiency(p: Params, runs: dict, profiles: dict) -> dict:
                   "avg_sparsity_measured": mean_ci(series(runs, ds0, m, p.seeds, _measured_sparsity)),
                   "macs_per_image": costs["macs_per_image"], "speed": training_speed(runs, ds0, m, p.seeds),
                   "time_ratio_to_baseline": mean_ci(np.array(sec) / np.array(base_sec)),
-                  "time_ratio_per_seed": (np.array(sec) / np.array(base_sec)).tolist()}
+                  "time_ratio_per_seed": (np.array(sec) / np.array(base_sec)).tolist(),
+                  "moe_kernel": model_config(p, m, ds0).get("moe_kernel") if costs["family"] != "encoder" else None}
     return eff
 
 

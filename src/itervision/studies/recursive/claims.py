@@ -4,6 +4,7 @@ to what this pipeline measured for it (metrics/recursive/aggregate.json, metrics
 from __future__ import annotations
 
 from itervision.ledger import Claim, accounting, differenced, quantity, untestable
+from itervision.stats import one_sample
 
 ABSOLUTE = ("absolute accuracy after 200 epochs at the paper size (32 px, d 512, 16 steps); this scale trains "
             "d 64 for under one epoch of Fashion-MNIST")
@@ -47,14 +48,23 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
                               "(tests, table 2)", tolerance=0.01, absolute=True))
     speed = agg["efficiency"].get(reference, {})
     sa, dsa = ("all", "sa-mlp", "seconds_per_epoch"), ("all", "dsa-moe", "seconds_per_epoch")
-    out.append(quantity(
-        "000-training-time", "recursive", f"DSA-MoE trains faster than SA-MLP: {ref[dsa]:g} vs {ref[sa]:g} s per "
-        f"epoch, a time ratio of {ref[dsa] / ref[sa]:.3f}", [sa, dsa], ref[dsa] / ref[sa],
-        speed.get("time_ratio_per_seed", []), null=1.0, unit="time ratio", test_id="time ratio",
-        test=f"one-sample t of the per-seed training time ratio {reference} / {base} against 1 (this machine's CPU)",
-        note="the CPU scale's MoE kernel computes every expert (models/recursive.py), so this is no test of the "
-             "method's conditional compute; the paper configuration on one H200 (benchmarks/results): 2.0 eager, "
-             "1.39 compiled at batch 128 (docs/performance.md)"))
+    statement = (f"DSA-MoE trains faster than SA-MLP: {ref[dsa]:g} vs {ref[sa]:g} s per epoch, a time ratio of "
+                 f"{ref[dsa] / ref[sa]:.3f}")
+    if speed.get("moe_kernel") == "dense":
+        # Honest verdict: the dense kernel computes every expert for every token (models/recursive.py), so a
+        # measured time is a verdict on this implementation, never on the method's conditional compute.
+        out.append(untestable(
+            "000-training-time", "recursive", statement, [sa, dsa], ref[dsa] / ref[sa], "time ratio",
+            "the MoE kernel here (moe_kernel: dense) computes every expert for every token, so no timing tests the "
+            "method's conditional compute; measured anyway (this CPU, per-seed ratio " + reference + " / " + base
+            + " shown); one H200 at the paper configuration: 2.01 eager, 1.39 compiled at batch 128 "
+            "(docs/performance.md)", shown=one_sample(speed.get("time_ratio_per_seed", []), 1.0)))
+    else:
+        out.append(quantity(
+            "000-training-time", "recursive", statement, [sa, dsa], ref[dsa] / ref[sa],
+            speed.get("time_ratio_per_seed", []), null=1.0, unit="time ratio", test_id="time ratio",
+            test=f"one-sample t of the per-seed training time ratio {reference} / {base} against 1 (this machine)",
+            note=f"MoE kernel: {speed.get('moe_kernel')} (only the routed tokens per expert)"))
     drop = agg["extra_comparisons"].get("k_smallest_vs_largest")
     key = ("cifar10", "k=2", "top1_drop")
     out.append(differenced("000-k2-cost", "recursive", f"k = 2 costs {ref[key]:g} points of top-1 against k = 6",
