@@ -1,0 +1,50 @@
+"""The figures the front page and docs/results.md quote are the committed ones: every "mean ± half-width" they
+quote appears in a generated table, and the ledger's verdict counts on the front page are metrics/claims.json's.
+A rerun of the pipeline that moves a number makes this fail until the text is updated (no stale prose)."""
+import json
+import re
+
+import pytest
+
+from helpers import ROOT
+
+INTERVAL = re.compile(r"([−-]?\d+\.\d+) ± (\d+\.\d+)")
+DOCS = ["README.md", "docs/results.md"]
+
+
+def generated_text() -> str:
+    files = sorted((ROOT / "metrics").rglob("*.md"))
+    assert files, "no generated tables under metrics/"
+    return "\n".join(f.read_text() for f in files).replace("−", "-")
+
+
+def stale_figures(text: str, tables: str) -> list[str]:
+    """The "m ± h" of `text` that no table has (a sign may be dropped in prose: "+0.15" for a table's "0.15")."""
+    return [f"{m} ± {h}" for m, h in INTERVAL.findall(text)
+            if f"{m.replace('−', '-')} ± {h}" not in tables and f"{m.lstrip('−+-')} ± {h}" not in tables]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_interval_quoted_is_in_a_generated_table(doc):
+    text = (ROOT / doc).read_text()
+    assert INTERVAL.findall(text), f"{doc} quotes no interval"
+    stale = stale_figures(text, generated_text())
+    assert not stale, f"{doc} quotes figures no generated table has (stale? rerun and update): {stale}"
+
+
+def test_the_front_page_verdict_counts_are_the_ledgers():
+    counts = json.loads((ROOT / "metrics/claims.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    names = {"recursive": "recursive DSA-MoE (000)", "sparseformer": "recurrent SparseFormer (003)"}
+    for study, label in names.items():
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {label} |"))
+        cells = [int(c) for c in row.strip("|").split("|")[1:]]
+        c = counts[study]
+        assert cells == [c.get("reproduced", 0), c.get("not shown (within noise)", 0), c.get("contradicted", 0),
+                         c.get("not testable at this scale", 0)], (study, cells, c)
+
+
+def test_the_check_catches_a_stale_figure():
+    tables = "| sa-mlp | 86.65 ± 0.41 (5) |\n| diff | -0.31 ± 0.68 (5) |"
+    assert stale_figures("top-1 86.65 ± 0.41, diff −0.31 ± 0.68", tables) == []
+    assert stale_figures("top-1 86.71 ± 0.45 and 86.65 ± 0.41", tables) == ["86.71 ± 0.45"]
