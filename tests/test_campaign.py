@@ -1,7 +1,7 @@
 """The campaign on real Dask workers at the tiny scale: the same metrics as the sequential `dvc repro` of the
 session's repository, DVC recording every stage (`dvc status` clean, `dvc repro` runs nothing), a worker killed
-with kill -9 mid-run, a cluster of separately started `dask scheduler` / `dask worker` processes, and a failing
-stage that stops its dependents."""
+with kill -9 mid-run, a cluster of separately started `dask scheduler` /
+`dask worker` processes (two runs, the same predictions), and a failing stage that stops its dependents."""
 import json
 import os
 import signal
@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from helpers import BIN, make_repo, sh
@@ -88,12 +89,18 @@ def test_a_real_dask_cluster_runs_the_campaign(built_repo, tmp_path):
             procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1",
                                            "--no-dashboard", "--memory-limit", "0"], env={**ENV, "OMP_NUM_THREADS": "1"},
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        r = campaign(repo, "--scheduler", address, "aggregate_sparseformer")
+        runs = ["run_sparseformer@fashion_mnist-sf-static-9-0", "run_sparseformer@fashion_mnist-sf-recurrent-0"]
+        r = campaign(repo, "--scheduler", address, *runs)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         assert f"Dask scheduler {address}" in r.stdout
-        ours = json.loads((repo / "metrics/sparseformer.json").read_text())
-        assert ours == json.loads((built_repo / "metrics/sparseformer.json").read_text())
-        assert "up to date" in sh("dvc status aggregate_sparseformer", repo)
+        assert "campaign: 4 stages ran" in r.stdout  # configure, the subset and the two runs
+        for model in ("sf-static-9", "sf-recurrent"):  # the same predictions as the sequential `dvc repro`
+            ours, theirs = (np.load(root / f"runs/sparseformer/fashion_mnist/{model}/seed0/predictions.npz")
+                            for root in (repo, built_repo))
+            assert sorted(ours.files) == sorted(theirs.files)
+            assert all(np.array_equal(ours[k], theirs[k]) for k in ours.files), model
+        assert "up to date" in sh(" ".join(["dvc status"] + [f"pipelines/sparseformer/dvc.yaml:{r}" for r in runs]),
+                                  repo)
     finally:
         for p in procs:
             os.killpg(p.pid, signal.SIGKILL)

@@ -125,13 +125,110 @@ def record(stage) -> None:
     stage.dump(update_pipeline=False)
 
 
+class Campaign:
+    """The coordinator's state: which stages are pending, ready, running, done or broken. A stage is looked at
+    once all its dependencies are settled: up to date (or restored from the run cache) it is settled at once,
+    changed it becomes ready; ready stages are submitted to the cluster, stages with more dependents first."""
+
+    def __init__(self, client, repo, graph, env: dict | None, log, bar):
+        from distributed import as_completed
+
+        self.client, self.repo, self.graph, self.env, self.log, self.bar = client, repo, graph, env, log, bar
+        self.out = Outcome()
+        self.pending, self.done, self.broken = set(graph.nodes), set(), set()
+        self.running, self.ready = {}, []
+        self.queue = as_completed()
+
+    def run(self) -> Outcome:
+        self.settle_what_can_be_settled()
+        self.dispatch()
+        for future in self.queue:
+            self.finish(self.running.pop(future), future)
+            self.settle_what_can_be_settled()
+            self.dispatch()
+            self.bar.set_postfix(running=len(self.running), failed=len(self.out.failed), refresh=False)
+        return self.out
+
+    def settle_what_can_be_settled(self):
+        """Every pending stage whose dependencies are all settled: blocked (a dependency broke), up to date, or
+        ready to run; repeated while that settles more."""
+        moved = True
+        while moved:
+            moved = False
+            for stage in sorted(self.pending, key=lambda s: s.addressing):
+                deps = set(self.graph.successors(stage))
+                if deps & self.broken:
+                    self.pending.discard(stage)
+                    self.broken.add(stage)
+                    self.out.blocked.append(stage.addressing)
+                    self.bar.update()
+                    moved = True
+                elif deps <= self.done:
+                    self.pending.discard(stage)
+                    if self.needs_running(stage):
+                        self.ready.append(stage)
+                    else:
+                        self.out.skipped.append(stage.addressing)
+                        self.bar.update()
+                        self.done.add(stage)
+                        moved = True
+
+    def needs_running(self, stage) -> bool:
+        """As `dvc repro` decides: unchanged, or restored from the run cache, it does not; else its outputs go."""
+        with self.repo.lock:
+            if not stage.changed():
+                return False
+            if restore_from_run_cache(stage):
+                stage.dump(update_pipeline=False)
+                self.log(f"{stage.addressing}: restored from the run cache")
+                return False
+            stage.remove_outs(ignore_remove=False, force=False)
+            return True
+
+    def dispatch(self):
+        """Submit what is ready. A stage marked `meta: {alone: true}` in its dvc.yaml (the latency profiles) runs
+        with nothing beside it: after every other ready stage, one at a time."""
+        if any(alone(s) for s in self.running.values()):
+            return
+        for stage in [s for s in self.ready if not alone(s)]:
+            self.ready.remove(stage)
+            self.submit(stage)
+        if self.ready and not self.running:
+            self.submit(self.ready.pop(0))
+
+    def submit(self, stage):
+        import networkx as nx
+
+        future = self.client.submit(run_command, stage.cmd, stage.wdir, self.env, key=f"stage-{stage.addressing}",
+                                    pure=False, priority=len(nx.ancestors(self.graph, stage)))
+        self.running[future] = stage
+        self.queue.add(future)
+
+    def finish(self, stage, future):
+        """Record a stage whose command succeeded, as `dvc repro` does; mark a failed one broken."""
+        try:
+            result = future.result()
+        except Exception as err:  # the task itself broke (not the stage): the cluster gave up on it
+            result = {"rc": -1, "seconds": 0.0, "last": f"{type(err).__name__}: {err}", "resumed": ""}
+        self.bar.update()
+        if result["rc"] == 0:
+            with self.repo.lock:
+                record(stage)
+            self.done.add(stage)
+            self.out.ran.append((stage.addressing, result["seconds"]))
+            self.log(f"{stage.addressing}: done in {result['seconds']:.0f} s"
+                     + (f" ({result['resumed']})" if result.get("resumed") else ""))
+        else:
+            self.broken.add(stage)
+            self.out.failed.append((stage.addressing, result["last"]))
+            self.log(f"{stage.addressing}: FAILED (exit {result['rc']}): {result['last']}")
+
+
 def campaign(client, targets: list[str] = (), env: dict | None = None, log=print, progress: bool = False) -> Outcome:
-    """Run every changed stage the targets need on the Dask cluster of `client`. A stage is looked at once all
-    its dependencies are settled: up to date (or restored from the run cache) it is settled at once, changed it
-    is submitted; the cluster runs what is submitted in parallel, stages with more dependents first."""
-    import networkx as nx
-    from distributed import as_completed
+    """Run every changed stage the targets need on the Dask cluster of `client` (the dvc.lock files checked
+    first); the stages DVC finds up to date are not run."""
     from dvc.repo import Repo
+    from tqdm import tqdm
 
     from itervision.lockfiles import repair
 
@@ -140,92 +237,9 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
     logging.getLogger("dvc").setLevel(logging.WARNING)  # not a line per dvc.lock update
     repo = Repo(".")
     graph = needed(repo.index.graph, resolve_targets(repo, list(targets)))
-    from tqdm import tqdm
-
-    bar = tqdm(total=graph.number_of_nodes(), unit="stage", desc="campaign", disable=not progress, file=sys.stdout)
-    if progress:
-        log = tqdm.write  # stage lines above the bar
-    out = Outcome()
-    pending, done, broken, running, ready = set(graph.nodes), set(), set(), {}, []
-    queue = as_completed()
-
-    def start_ready():
-        """Settle every pending stage whose dependencies are all settled, or put it in `ready` when it must run
-        (repeat while that settles more)."""
-        moved = True
-        while moved:
-            moved = False
-            for stage in sorted(pending, key=lambda s: s.addressing):
-                deps = set(graph.successors(stage))
-                if deps & broken:
-                    pending.discard(stage)
-                    broken.add(stage)
-                    out.blocked.append(stage.addressing)
-                    bar.update()
-                    moved = True
-                elif deps <= done:
-                    pending.discard(stage)
-                    with repo.lock:
-                        if not stage.changed():
-                            fresh = False
-                        elif restore_from_run_cache(stage):
-                            stage.dump(update_pipeline=False)
-                            log(f"{stage.addressing}: restored from the run cache")
-                            fresh = False
-                        else:
-                            stage.remove_outs(ignore_remove=False, force=False)
-                            fresh = True
-                    if fresh:
-                        ready.append(stage)
-                    else:
-                        out.skipped.append(stage.addressing)
-                        bar.update()
-                        done.add(stage)
-                        moved = True
-
-    def submit(stage):
-        future = client.submit(run_command, stage.cmd, stage.wdir, env, key=f"stage-{stage.addressing}",
-                               pure=False, priority=len(nx.ancestors(graph, stage)))
-        running[future] = stage
-        queue.add(future)
-
-    def dispatch():
-        """Submit what is ready. A stage marked `meta: {alone: true}` in its dvc.yaml (the latency profiles) runs
-        with nothing beside it: after every other ready stage, one at a time."""
-        if any(alone(s) for s in running.values()):
-            return
-        for stage in [s for s in ready if not alone(s)]:
-            ready.remove(stage)
-            submit(stage)
-        if ready and not running:
-            submit(ready.pop(0))
-
-    start_ready()
-    dispatch()
-    for future in queue:
-        stage = running.pop(future)
-        try:
-            result = future.result()
-        except Exception as err:  # the task itself broke (not the stage): the cluster gave up on it
-            result = {"rc": -1, "seconds": 0.0, "last": f"{type(err).__name__}: {err}", "resumed": ""}
-        if result["rc"] == 0:
-            with repo.lock:
-                record(stage)
-            done.add(stage)
-            out.ran.append((stage.addressing, result["seconds"]))
-            bar.update()
-            log(f"{stage.addressing}: done in {result['seconds']:.0f} s"
-                + (f" ({result['resumed']})" if result.get("resumed") else ""))
-        else:
-            broken.add(stage)
-            out.failed.append((stage.addressing, result["last"]))
-            bar.update()
-            log(f"{stage.addressing}: FAILED (exit {result['rc']}): {result['last']}")
-        start_ready()
-        dispatch()
-        bar.set_postfix(running=len(running), failed=len(out.failed), refresh=False)
-    bar.close()
-    return out
+    with tqdm(total=graph.number_of_nodes(), unit="stage", desc="campaign", disable=not progress,
+              file=sys.stdout) as bar:
+        return Campaign(client, repo, graph, env, tqdm.write if progress else log, bar).run()
 
 
 def alone(stage) -> bool:
