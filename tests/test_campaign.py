@@ -86,9 +86,10 @@ def test_a_real_dask_cluster_runs_the_campaign(built_repo, tmp_path):
             time.sleep(0.2)
         address = json.loads(sched_file.read_text())["address"]
         for _ in range(2):
-            procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1",
-                                           "--no-dashboard", "--memory-limit", "0"], env={**ENV, "OMP_NUM_THREADS": "1"},
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+            worker = [str(BIN / "dask"), "worker", address, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
+                      "--memory-limit", "0"]
+            procs.append(subprocess.Popen(worker, env={**ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
         runs = ["run_sparseformer@fashion_mnist-sf-static-9-0", "run_sparseformer@fashion_mnist-sf-recurrent-0"]
         r = campaign(repo, "--scheduler", address, *runs)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

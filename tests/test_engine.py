@@ -176,6 +176,32 @@ def test_one_and_two_processes_train_the_same_recipe(repo, tmp_path):
     assert [r["images"] for r in one["log"]] == [r["images"] for r in two["log"]] == [160, 160]
 
 
+def test_a_compiled_step_under_two_processes_trains_like_the_eager_one(tmp_path):
+    """train.compile (the paper scale's reduce-overhead: torch.compile with fullgraph, compiled before DDP wraps it,
+    CUDA-graph step marks) through stages/run.py under torchrun (gloo): the losses of every epoch and exit equal
+    the eager run's to float rounding (inductor fuses differently), and the run records how it was compiled."""
+    logs = {}
+    for mode in ("none", "reduce-overhead"):
+        root = tmp_path / mode
+        prepare(root, compile=mode)
+        cache = root / "inductor"  # where inductor writes the code it generates: proof that it compiled
+        env = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        r = run_py(root, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
+                   "dsa-moe", "--seed", "0", "--quiet", env=env,
+                   launcher=[PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"])
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (cache.exists() and any(cache.rglob("*.py"))) == (mode != "none"), mode
+        out = root / "runs/recursive/fashion_mnist/dsa-moe/seed0"
+        assert json.loads((out / "config.json").read_text())["train"]["compile"] == mode
+        logs[mode] = json.loads((out / "train_log.json").read_text())
+    eager, compiled = logs["none"], logs["reduce-overhead"]
+    assert compiled["world_size"] == 2 and len(compiled["log"]) == len(eager["log"]) == 2
+    keys = [k for k in eager["log"][0] if k.startswith(("loss", "aux_loss"))]
+    assert len(keys) >= 4  # the total, the auxiliary loss and one per exit
+    for a, b in zip(eager["log"], compiled["log"]):
+        assert [b[k] for k in keys] == pytest.approx([a[k] for k in keys], rel=1e-5)
+
+
 def test_a_global_batch_the_world_does_not_divide_is_one_line(repo):
     r = run_py(repo, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
                "sa-mlp", "--seed", "0", "--quiet", launcher=[PY, "-m", "torch.distributed.run", "--standalone",

@@ -73,8 +73,8 @@ def test_a_toy_third_study_is_a_folder_and_one_registry_entry(built_repo, tmp_pa
     registry.write_text(text)
     # the study's data: its params group, one model of its own, and its published numbers (none)
     params = repo / "params.yaml"
-    params.write_text(re.sub(r"(?m)^models:\n", "toy:\n  datasets: [fashion_mnist]\n  main: [toy-mlp]\n  ablations: []\n"
-                             "  ablation_datasets: []\nmodels:\n  "
+    params.write_text(re.sub(r"(?m)^models:\n", "toy:\n  datasets: [fashion_mnist]\n  main: [toy-mlp]\n"
+                             "  ablations: []\n  ablation_datasets: []\nmodels:\n  "
                              "toy-mlp: {arch: recursive, attention: dense, ffn: mlp, steps: 2}\n",
                              params.read_text(), count=1))
     (repo / "data/reference/toy.csv").write_text("dataset,row,quantity,value,source\n")
