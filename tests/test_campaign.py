@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,20 +26,23 @@ def campaign(repo, *args, timeout=900):
                           timeout=timeout, env=ENV)
 
 
-def run_processes(repo) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every `stages/run.py` process working in `repo`."""
+def run_processes(repo) -> list[tuple[int, int, Path]]:
+    """(pid, parent pid, checkpoint path) of every `stages/run.py` process working in `repo`."""
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            cmd = [c.decode() for c in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")]
             cwd = os.readlink(f"/proc/{pid}/cwd")
             ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        if any(c.endswith(b"stages/run.py") for c in cmd) and cwd == str(repo):
-            out.append((int(pid), ppid))
+        if any(c.endswith("stages/run.py") for c in cmd) and cwd == str(repo):
+            arg = {k: cmd[cmd.index(k) + 1] for k in ("--study", "--dataset", "--model", "--seed")}
+            ckpt = (repo / "checkpoints" / arg["--study"] / arg["--dataset"] / arg["--model"] / f"seed{arg['--seed']}"
+                    / "last.pt")
+            out.append((int(pid), ppid, ckpt))
     return out
 
 
@@ -46,16 +50,16 @@ def test_two_local_workers_give_the_sequential_metrics_and_survive_a_killed_work
     repo = make_repo(tmp_path / "repo")
     killed = []
 
-    def kill_a_worker():  # kill -9 the Dask worker process of the first run that has written a checkpoint
+    def kill_a_worker():  # kill -9 the Dask worker process of a run that has written a checkpoint
         deadline = time.time() + 600
         while time.time() < deadline and not killed:
-            if any((repo / "checkpoints").rglob("last.pt")):
-                procs = run_processes(repo)
-                if procs:
-                    worker = procs[0][1]  # the run's parent: the Dask worker process that executes its stage
-                    assert b"multiprocessing" in open(f"/proc/{worker}/cmdline", "rb").read()
+            for pid, worker, ckpt in run_processes(repo):
+                if ckpt.exists():
+                    assert b"multiprocessing" in open(f"/proc/{worker}/cmdline", "rb").read()  # a Dask worker
                     os.kill(worker, signal.SIGKILL)
-                    killed.append(procs[0])
+                    if ckpt.exists():  # still there: the run was mid-way (a finished run deletes it), so its retry
+                        killed.append(ckpt)  # must resume from it
+                    break
             time.sleep(0.05)
 
     watcher = threading.Thread(target=kill_a_worker, daemon=True)
@@ -65,7 +69,8 @@ def test_two_local_workers_give_the_sequential_metrics_and_survive_a_killed_work
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert killed, "no run was killed"
     assert "campaign on 2 local Dask workers" in r.stdout and " 0 failed" in r.stdout
-    assert "(resuming " in r.stdout, r.stdout  # the killed run was run again from its checkpoint
+    model, seed = killed[0].parts[-3], killed[0].parts[-2].removeprefix("seed")
+    assert f"(resuming {model} seed {seed} at step" in r.stdout, r.stdout  # run again from its checkpoint
     ours = json.loads((repo / "metrics/recursive.json").read_text())
     assert ours == json.loads((built_repo / "metrics/recursive.json").read_text())  # bit-identical to `dvc repro`
     assert "up to date" in sh("dvc status aggregate_recursive", repo)

@@ -67,7 +67,8 @@ def run_command(cmd: str, cwd: str, env: dict | None = None) -> dict:
                        preexec_fn=die_with_parent)
     lines = [x for x in (r.stderr + r.stdout).splitlines() if x.strip() and not x.startswith("\r")]
     tail = next((x for x in reversed(lines) if x.startswith("error")), lines[-1] if lines else "")
-    resumed = next((x.strip() for x in lines if x.lstrip().startswith("resuming ")), "")  # a retried run says so
+    segments = [x.strip() for line in (r.stderr + r.stdout).splitlines() for x in line.split("\r")]
+    resumed = next((x for x in segments if x.startswith("resuming ")), "")  # a retried run says so (between bars)
     return {"rc": r.returncode, "seconds": time.perf_counter() - t0, "last": tail[-300:], "resumed": resumed,
             "host": os.uname().nodename}
 
