@@ -1,7 +1,7 @@
 """The campaign on real Dask workers at the tiny scale: the same metrics as the sequential `dvc repro` of the
 session's repository, DVC recording every stage (`dvc status` clean, `dvc repro` runs nothing), a worker killed
-with kill -9 mid-run, a cluster of separately started `dask scheduler` /
-`dask worker` processes (two runs, the same predictions), and a failing stage that stops its dependents."""
+with kill -9 mid-run, a cluster of separately started `dask scheduler` / `dask worker` processes (two runs, the
+same predictions), and a failing stage that stops its dependents."""
 import json
 import os
 import signal
@@ -53,7 +53,7 @@ def test_two_local_workers_give_the_sequential_metrics_and_survive_a_killed_work
     def kill_a_worker():  # kill -9 the Dask worker process of a run that has written a checkpoint
         deadline = time.time() + 600
         while time.time() < deadline and not killed:
-            for pid, worker, ckpt in run_processes(repo):
+            for _, worker, ckpt in run_processes(repo):
                 if ckpt.exists():
                     assert b"multiprocessing" in open(f"/proc/{worker}/cmdline", "rb").read()  # a Dask worker
                     os.kill(worker, signal.SIGKILL)
