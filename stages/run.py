@@ -15,20 +15,19 @@ import os
 
 from _common import run_parser
 
-from itervision.data.loaders import describe_prepared
-from itervision.engine.checkpoint import remove_checkpoints
-from itervision.engine.distributed import cleanup
-from itervision.engine.train import train_run, training_fingerprint
 from itervision.errors import UserError, cli_entry
-from itervision.evaluation.evaluate import evaluate_run
 from itervision.layout import prepared_dir
-from itervision.models.registry import model_class
 from itervision.runs import CONFIG, TRAIN_LOG, WEIGHTS, RunRecord
 from itervision.specs import read_model_spec, read_run_spec
+# torch is imported only after the recipe's CPU pin is in the environment (main)
 
 
 def check_trained_with(record: RunRecord, spec, run, prepared) -> None:
     """--evaluate-only: the weights must come from this very configuration, data and training code."""
+    from itervision.data.loaders import describe_prepared
+    from itervision.engine.train import training_fingerprint
+    from itervision.models.registry import model_class
+
     trained = record.config()
     model_class(spec.family)  # the fingerprint covers the model's code, as when it was trained
     now = training_fingerprint(spec, run.train, describe_prepared(prepared)["fingerprint"], record.seed,
@@ -48,6 +47,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     record = RunRecord(args.study, args.dataset, args.model, args.seed)
     spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
+    os.environ.update(run.train.cpu_pin_env())  # the recipe's pin wins over whatever the caller set
+    from itervision.engine.cpu import check_cpu_pin, cpu_record
+    from itervision.engine.distributed import cleanup
+    from itervision.engine.train import train_run
+    from itervision.evaluation.evaluate import evaluate_run
+    from itervision.engine.checkpoint import remove_checkpoints
+
+    check_cpu_pin(run.train.cpu_capability)
     prepared = prepared_dir(args.dataset)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     with record.lock() if main_rank else contextlib.nullcontext():
@@ -64,7 +71,8 @@ def main(argv=None):
             if not main_rank:
                 return
             staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed, "world_size": log["world_size"],
-                                 "data": {"fingerprint": log["data_fingerprint"]}, "fingerprint": log["fingerprint"]})
+                                 "data": {"fingerprint": log["data_fingerprint"]}, "fingerprint": log["fingerprint"],
+                                 "cpu": cpu_record()})
         metrics = evaluate_run(staged, spec, run, prepared)  # metrics.json last: the run is complete
         record.commit_staging()
         remove_checkpoints(record.checkpoint_dir)

@@ -117,8 +117,9 @@ def root_file() -> str:
                         metrics=[(f"metrics/{name}.json", True), (f"metrics/{name}_timing.json", True)])
         report = code_deps(ROOT / "stages/report.py", ROOT / study.module_file("tables"),
                            ROOT / study.module_file("figures"))
+        ledger = ["metrics/ledger.json"] if study.has_part("claims") else []  # the Holm family, Table 3
         lines += _stage(f"report_{name}", cmd=f"python stages/report.py --study {name}",
-                        deps=report + [f"data/reference/{name}.csv", f"metrics/{name}/aggregate.json"],
+                        deps=report + [f"data/reference/{name}.csv", f"metrics/{name}/aggregate.json"] + ledger,
                         outs=[(f"metrics/{name}/tables", True), (f"plots/{name}", True)])
     lines += _stage("paper_costs", cmd="python stages/paper_costs.py",
                     deps=code_deps(ROOT / "stages/paper_costs.py") + ["configs/scales/cpu.yaml",
@@ -129,7 +130,7 @@ def root_file() -> str:
                     deps=code_deps(ROOT / "stages/claims.py", *(ROOT / s.module_file("claims") for s in with_claims))
                     + [f"data/reference/{s.name}.csv" for s in with_claims]
                     + [f"metrics/{s.name}/aggregate.json" for s in with_claims] + ["metrics/paper_costs.json"],
-                    outs=[("metrics/claims.md", True), ("metrics/claims.csv", True)],
+                    outs=[("metrics/claims.md", True), ("metrics/claims.csv", True), ("metrics/ledger.json", True)],
                     metrics=[("metrics/claims.json", True)])
     lines += ["# `dvc plots show` renders these to dvc_plots/index.html (templates in .dvc/plots/).", "plots:"]
     for study in STUDIES.values():

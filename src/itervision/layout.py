@@ -43,6 +43,10 @@ def study_metrics(study: str) -> dict[str, Path]:
             "plots": PLOTS_ROOT / study}
 
 
+LEDGER = {"md": METRICS_ROOT / "claims.md", "csv": METRICS_ROOT / "claims.csv", "counts": METRICS_ROOT / "claims.json",
+          "ledger": METRICS_ROOT / "ledger.json", "paper_costs": METRICS_ROOT / "paper_costs.json"}
+
+
 def reference_csv(study: str) -> Path:
     """data/reference/STUDY.csv: the published numbers of the study's document."""
     return REFERENCE_ROOT / f"{check_name(study, 'study')}.csv"

@@ -1,31 +1,63 @@
-"""The claims ledger of both documents: metrics/claims.md and metrics/claims.csv (stage claims).
+"""The claims ledger of both documents: metrics/claims.md|csv (stage claims), metrics/claims.json (the headline
+counts) and metrics/ledger.json (every entry and the Holm family, which the report stages print from).
 
 Every study lists its document's quantitative claims (studies/<study>/claims.py), each tied to the rows of
-data/reference/<study>.csv it states, with what this pipeline measured for it. Three kinds:
-* statistical: per-seed values of a difference or a quantity (a saving, a time ratio), tested against its null
-  (0, or 1 for a ratio) with a two-sided t-test; mean ± 95 % t-interval (n), a bootstrap interval and, for a
-  difference of two variants, P(A > B) beside it;
-* accounting: a deterministic count (parameters, multiply-adds, GFLOPs, sparsity) at the paper configuration
-  (metrics/paper_costs.json) against the published figure;
-* untestable here: an absolute figure of a training budget this scale does not have, shown beside our analogue.
+data/reference/<study>.csv it states, with the setting the claim was made in, the setting tested here, and the
+mechanisms the claim needs. docs/ledger.md gives the reasons behind each rule below.
 
-One multiple-comparison rule for every verdict: Holm over the distinct tests of each document (two claims that
-rest on the same test, e.g. the smallest and largest published margin, share its p). Verdicts:
-* reproduced: Holm p < 0.05 with the published sign; an accounting figure within its tolerance;
-* contradicted: Holm p < 0.05 with the opposite sign, or the 95 % interval excludes the published effect on the
-  side of no effect (the published size is ruled out at this scale); an accounting figure outside its tolerance;
-* not shown (within noise): neither; the seeds a paired t-test needs to detect the published effect at 80 %
-  power (alpha 0.05) with the observed spread of the per-seed values are given;
-* not testable at this scale: with the reason.
+One test, one count: claims that rest on the same test (the smallest and largest published margin, one
+comparison published on ImageNet-100 and on ImageNet-200) are one entry that lists the claims it serves; a
+published size is then a range. The headline counts entries ("N tests (M claims)") per document and fidelity
+class, never adding classes.
+
+Fidelity classes: same (the claim's dataset, resolution, model size and training budget), proxy (anything
+else), consistency (accounting our reconstruction was fitted to: agreement is not reproduction), independent
+(accounting not fitted), smoke (synthetic data: no verdict).
+
+The tests behind a statistical entry, each named in its row:
+* direction: the two-sided paired (or one-sample) t-test, i.e. a one-sided test in the claimed direction and one
+  against it, each at alpha / 2;
+* size (where a size is published): a t-test of the per-seed values against the published range, i.e. a
+  one-sided test below its low end and one above its high end, each at alpha / 2 (for one published value, the
+  two-sided test against it). Undershoot and overshoot are treated alike.
+Both p-values are Holm-adjusted once, in one family per document: every test that document's report prints
+(the aggregate's comparisons, tagged with a test_id) plus the ledger's size tests. Tables print these same
+adjusted values.
+
+Verdict words carry their scope. At `same`: reproduced / contradicted / not shown. At `proxy`: holds at the proxy
+/ reversed at the proxy / smaller (larger) than published at the proxy / inconclusive at the proxy, and
+"not exercised at the proxy: ..." where a mechanism check of the study fails. Fewer than MIN_N_VERDICT seeds
+give "inconclusive (n = k)" at any fidelity: descriptive only.
+
+Side indicators, as replication projects report them (unadjusted, never a verdict): the published value inside
+the 95 % t-interval; TOST equivalence within +-|published|; the seed-to-seed SD of the effect against the
+published effect (no original variance exists, so this stands in for Simonsohn's small telescopes); paired
+P(A > B) (the share of seeds A wins); a bootstrap interval only from MIN_N_BOOTSTRAP seeds; seeds needed as a
+range from the SD's 95 % chi-square interval, and only where the observed effect has the published sign.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-REPRODUCED, CONTRADICTED, NOT_SHOWN, UNTESTABLE = ("reproduced", "contradicted", "not shown (within noise)",
-                                                    "not testable at this scale")
+import numpy as np
+from scipy import stats as sps
+
 ALPHA = 0.05
+MIN_N_VERDICT = 5        # rule 4 of the statistics notes: n < 5 is descriptive only
+MIN_N_BOOTSTRAP = 10     # percentile/BCa coverage of a nominal 95 % interval: 0.71-0.74 at n 3, 0.84 at 5, 0.90 at 10
+FIDELITIES = ("same", "proxy", "consistency", "independent", "smoke")
+UNTESTABLE = "not testable at this scale"
+NO_VERDICT = "no verdict (synthetic data)"
+WORDS = {  # outcome -> (word at `same`, word at `proxy`)
+    "holds": ("reproduced", "holds at the proxy"),
+    "holds_smaller": ("reproduced in direction, smaller than published", "holds at the proxy, smaller than published"),
+    "holds_larger": ("reproduced in direction, larger than published", "holds at the proxy, larger than published"),
+    "reversed": ("contradicted (reversed)", "reversed at the proxy"),
+    "smaller": ("contradicted (smaller than published)", "smaller than published at the proxy"),
+    "larger": ("contradicted (larger than published)", "larger than published at the proxy"),
+    "inconclusive": ("not shown", "inconclusive at the proxy"),
+}
 
 
 @dataclass
@@ -37,49 +69,53 @@ class Claim:
     published: float | None         # the published effect or figure, in `unit`
     unit: str
     kind: str                       # statistical | accounting | untestable
-    estimate: dict | None = None    # statistical: mean, half_width, n, sd, p, per_seed, bootstrap (in `unit`)
+    estimate: dict | None = None    # statistical: mean, half_width, n, sd, p, per_seed, wins, bootstrap (in `unit`)
     null: float = 0.0
     direction: int = 1              # the sign of the claimed effect against the null
     test_id: str = ""
     test: str = ""
     note: str = ""
     ours: float | None = None       # accounting: our figure; untestable: our analogue, if any
-    tolerance: float = 0.01         # accounting: relative (or absolute) agreement that counts as reproduced
+    tolerance: float = 0.01         # accounting: relative (or absolute) agreement that counts as a match
     absolute: bool = False
-    results: dict = field(default_factory=dict)  # filled by assess()
+    fidelity: str = "proxy"
+    claimed: str = ""               # the setting the claim was made in
+    tested: str = ""                # the setting tested here
+    needs: tuple = ()               # mechanism checks (studies/<study>/claims.py: checks) the verdict rests on
 
 
-def untestable(cid, document, statement, refs, published, unit, reason, shown=None, scale=1.0) -> Claim:
+def untestable(cid, document, statement, refs, published, unit, reason, shown=None, scale=1.0, **setting) -> Claim:
     ours = None if shown is None else shown.get("mean") * scale
     return Claim(cid, document, statement, refs, published, unit, "untestable", note=reason, ours=ours,
-                 estimate=None if shown is None else _scaled(shown, scale))
+                 estimate=None if shown is None else _scaled(shown, scale), test_id=cid, **setting)
 
 
-def accounting(cid, document, statement, refs, published, value, how, tolerance=0.01, absolute=False) -> Claim:
+def accounting(cid, document, statement, refs, published, value, how, tolerance=0.01, absolute=False,
+               test_id=None, fidelity="independent", **setting) -> Claim:
     return Claim(cid, document, statement, refs, published, "", "accounting", ours=value, test=how,
-                 tolerance=tolerance, absolute=absolute)
+                 tolerance=tolerance, absolute=absolute, test_id=test_id or cid, fidelity=fidelity, **setting)
 
 
 def differenced(cid, document, statement, refs, published, diff, test_id, test, direction=None,
-                unit="points", scale=100.0) -> Claim:
+                unit="points", scale=100.0, **setting) -> Claim:
     """A claim on a paired difference of two variants' accuracies (stats.paired_difference, in fractions)."""
     if diff is None:
         return untestable(cid, document, statement, refs, published, unit, "the compared models are not in this "
-                          "scale's study")
+                          "scale's study", **setting)
     direction = direction if direction is not None else (1 if (published or 0) >= 0 else -1)
     return Claim(cid, document, statement, refs, published, unit, "statistical", estimate=_scaled(diff, scale),
-                 direction=direction, test_id=test_id, test=test)
+                 direction=direction, test_id=diff.get("test_id", test_id), test=test, **setting)
 
 
 def quantity(cid, document, statement, refs, published, per_seed, null, unit, test_id, test, note="",
-             direction=None) -> Claim:
+             direction=None, **setting) -> Claim:
     """A claim on a per-seed quantity (a compute saving, a time ratio) tested against `null`."""
     from itervision.stats import one_sample
 
     direction = direction if direction is not None else (1 if published >= null else -1)
     return Claim(cid, document, statement, refs, published, unit, "statistical",
                  estimate=one_sample(per_seed, null), null=null, direction=direction, test_id=test_id, test=test,
-                 note=note)
+                 note=note, **setting)
 
 
 def _scaled(stat: dict, scale: float) -> dict:
@@ -96,106 +132,265 @@ def _scaled(stat: dict, scale: float) -> dict:
     return out
 
 
-# ------------------------------------------------------------------------------------------ assessment
+# ------------------------------------------------------------------------------------------ entries
 
-def assess(claims: list[Claim]) -> list[Claim]:
-    """Holm within each document over its distinct tests, then a verdict and the seeds needed, in place."""
-    from itervision.stats import holm, seeds_needed
+@dataclass
+class Entry:
+    """One test and the claims it serves."""
+    document: str
+    test_id: str
+    claims: list
+    results: dict = field(default_factory=dict)
 
-    for doc in dict.fromkeys(c.document for c in claims):
-        tests = {}
-        for c in claims:
-            if c.document == doc and c.kind == "statistical" and _finite(c.estimate.get("p")):
-                tests.setdefault(c.test_id, c.estimate["p"])
-        adjusted = dict(zip(tests, holm(list(tests.values()))))
-        for c in claims:
-            if c.document == doc and c.kind == "statistical":
-                c.results["p_holm"] = adjusted.get(c.test_id, float("nan"))
-                c.results["family"] = f"the {len(tests)} distinct tests of this document"
+    @property
+    def first(self) -> Claim:
+        return self.claims[0]
+
+    @property
+    def kind(self) -> str:
+        return self.first.kind
+
+    @property
+    def fidelity(self) -> str:
+        return self.first.fidelity
+
+    @property
+    def published_range(self):
+        """(low, high) of the published values in the claimed direction's units (|effect| for a difference), or
+        None: several claims on one test publish a range."""
+        c = self.first
+        vals = [c.direction * (x.published - c.null) for x in self.claims if _finite(x.published)]
+        return (min(vals), max(vals)) if vals else None
+
+    @property
+    def refs(self) -> list:
+        return [r for c in self.claims for r in c.refs]
+
+
+def group(claims: list[Claim]) -> list[Entry]:
+    """Claims of one document on one test become one entry (first-seen order). Claims grouped together must
+    agree on what the test is."""
+    entries: dict = {}
     for c in claims:
-        c.results["verdict"], c.results["reason"] = verdict(c)
-        if c.results["verdict"] == NOT_SHOWN and c.published is not None:
-            c.results["seeds_needed"] = seeds_needed(c.published - c.null, c.estimate.get("sd"))
-    return claims
+        key = (c.document, c.test_id or c.id)
+        if key in entries:
+            first = entries[key].first
+            if (first.kind, first.fidelity, first.direction, first.null) != (c.kind, c.fidelity, c.direction, c.null):
+                raise ValueError(f"claims {first.id} and {c.id} share test {c.test_id!r} but test different things")
+            entries[key].claims.append(c)
+        else:
+            entries[key] = Entry(c.document, key[1], [c])
+    return list(entries.values())
 
 
-def verdict(c: Claim) -> tuple[str, str]:
-    if c.kind == "untestable":
-        return UNTESTABLE, c.note
-    if c.kind == "accounting":
-        if c.ours is None or not _finite(c.ours):
-            return UNTESTABLE, "no figure at the paper configuration"
-        off = abs(c.ours - c.published) if c.absolute else abs(c.ours - c.published) / abs(c.published)
-        within = off <= c.tolerance
-        what = f"{off:.3g}" if c.absolute else f"{100 * off:.2f} %"
-        return (REPRODUCED if within else CONTRADICTED), f"ours {c.ours:,.4g} vs published {c.published:,.4g} " \
-            f"({what} apart; tolerance {c.tolerance if c.absolute else f'{100 * c.tolerance:g} %'})"
-    est, p = c.estimate, c.results.get("p_holm", float("nan"))
-    mean, half = est.get("mean", float("nan")), est.get("half_width", float("nan"))
-    if est.get("n", 0) < 2 or not _finite(mean):
-        return NOT_SHOWN, "fewer than 2 seeds: no test"
-    side = 1 if mean > c.null else -1 if mean < c.null else 0
-    if _finite(p) and p < ALPHA and side == c.direction:
-        return REPRODUCED, f"Holm p {p:.3g} < {ALPHA}, in the claimed direction"
-    if _finite(p) and p < ALPHA:
-        return CONTRADICTED, f"Holm p {p:.3g} < {ALPHA}, against the claimed direction"
-    if c.published is not None and _finite(half):
-        low, high = mean - half, mean + half
-        effect_toward_null = (c.published - c.null) * c.direction > 0
-        excluded = (c.published < low) if c.direction < 0 else (c.published > high)
-        if effect_toward_null and excluded:
-            return CONTRADICTED, (f"the published {c.published:g} lies outside the 95 % interval "
-                                  f"[{low:.3g}, {high:.3g}]: an effect that large is ruled out at this scale")
-    return NOT_SHOWN, (f"Holm p {p:.3g}" if _finite(p) else "no p (constant differences)") + ", within noise"
+# ------------------------------------------------------------------------------------------ tests
 
+def tagged_tests(tree) -> dict:
+    """{test_id: raw p} of every comparison in an aggregate (dicts carrying a test_id and a p), in order."""
+    out = {}
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    def walk(node):
+        if isinstance(node, dict):
+            if "test_id" in node and "p" in node:
+                out.setdefault(node["test_id"], node["p"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
 
-
-# ------------------------------------------------------------------------------------------ rendering
-
-def rows(claims: list[Claim]) -> list[dict]:
-    out = []
-    for c in claims:
-        est = c.estimate or {}
-        boot = est.get("bootstrap") or {}
-        low = boot.get("diff_low", boot.get("low"))
-        high = boot.get("diff_high", boot.get("high"))
-        out.append({
-            "document": c.document, "id": c.id, "claim": c.statement,
-            "reference": "; ".join("/".join(r) for r in c.refs) or "(prose)",
-            "published": _num(c.published), "unit": c.unit, "kind": c.kind,
-            "estimate": _estimate(c), "n": est.get("n", ""),
-            "bootstrap_95": f"[{_num(low)}, {_num(high)}]" if _finite(low) and _finite(high) else "",
-            "p_improvement": _num(boot.get("p_improvement")) if _finite(boot.get("p_improvement")) else "",
-            "test": c.test, "p": _num(est.get("p")) if c.kind == "statistical" else "",
-            "p_holm": _num(c.results.get("p_holm")) if c.kind == "statistical" else "",
-            "verdict": c.results["verdict"], "reason": c.results["reason"] + (f"; {c.note}" if c.note and
-                                                                            c.kind != "untestable" else ""),
-            "seeds_needed_80pct": _seeds(c)})
+    walk(tree)
     return out
 
 
-def _estimate(c: Claim) -> str:
+def size_test(values, low: float, high: float) -> dict:
+    """values (in the claimed direction's units) against the published range [low, high]: the one-sided t-test
+    below `low` and the one above `high`, each at alpha / 2, so p = 2 min(p_below, p_above) (for low == high the
+    two-sided test against the published value). Returns p and which side it points to."""
+    v = np.asarray([x for x in values if _finite(x)], dtype=np.float64)
+    if len(v) < 2 or float(v.std(ddof=1)) == 0.0:
+        return {"p": float("nan"), "side": None}
+    below = float(sps.ttest_1samp(v, low, alternative="less").pvalue)
+    above = float(sps.ttest_1samp(v, high, alternative="greater").pvalue)
+    return {"p": min(1.0, 2 * min(below, above)), "side": "smaller" if below <= above else "larger"}
+
+
+def tost(values, bound: float) -> float:
+    """TOST equivalence p of the mean within (-bound, +bound): the larger of the two one-sided t-test p-values
+    (scipy's ttest_1samp with `alternative`; statsmodels' ttost_paired gives the same, one dependency more)."""
+    v = np.asarray([x for x in values if _finite(x)], dtype=np.float64)
+    if len(v) < 2 or bound <= 0 or float(v.std(ddof=1)) == 0.0:
+        return float("nan")
+    return max(float(sps.ttest_1samp(v, -bound, alternative="greater").pvalue),
+               float(sps.ttest_1samp(v, bound, alternative="less").pvalue))
+
+
+def _directed(c: Claim) -> list:
+    """Per-seed values in the claimed direction's units: direction * (value - null)."""
+    return [c.direction * (v - c.null) for v in c.estimate.get("per_seed", [])]
+
+
+def families(entries: list[Entry], aggregates: dict) -> dict:
+    """{document: {test_id: {"p", "p_holm", "what"}}}: Holm once per document over every test its report prints
+    (the aggregate's tagged comparisons), the ledger's own direction tests, and its size tests."""
+    from itervision.stats import holm
+
+    out = {}
+    for doc in dict.fromkeys(e.document for e in entries):
+        tests = {tid: {"p": p, "what": "direction"} for tid, p in tagged_tests(aggregates.get(doc, {})).items()}
+        for e in entries:
+            if e.document != doc or e.kind != "statistical":
+                continue
+            tests.setdefault(e.test_id, {"p": e.first.estimate.get("p"), "what": "direction"})
+            rng = e.published_range
+            if rng is not None:
+                e.results["size"] = size_test(_directed(e.first), *rng)
+                tests[size_id(e.test_id)] = {"p": e.results["size"]["p"], "what": "size"}
+        adjusted = holm([t["p"] if _finite(t["p"]) else float("nan") for t in tests.values()])
+        size = sum(1 for p in adjusted if _finite(p))
+        for t, p in zip(tests.values(), adjusted):
+            t["p_holm"] = p
+            t["family"] = f"Holm over the {size} tests of this document's report"
+        out[doc] = tests
+    return out
+
+
+def size_id(test_id: str) -> str:
+    return f"{test_id} [against the published size]"
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+
+def assess(claims: list[Claim], aggregates: dict | None = None, checks: dict | None = None):
+    """Group the claims into entries, build each document's Holm family, and judge every entry in place.
+    aggregates: {document: aggregate.json}; checks: {document: {name: {"ok", "figure"}}} (mechanism checks).
+    Returns (entries, families)."""
+    entries = group(claims)
+    fam = families(entries, aggregates or {})
+    for e in entries:
+        if e.kind == "statistical":
+            t = fam[e.document][e.test_id]
+            e.results.update(p=t["p"], p_holm=t["p_holm"], family=t["family"])
+            if "size" in e.results:
+                e.results["size"]["p_holm"] = fam[e.document][size_id(e.test_id)]["p_holm"]
+            e.results.update(indicators(e))
+        e.results["outcome"], e.results["verdict"], e.results["reason"] = judge(e, (checks or {}).get(e.document, {}))
+        if e.results["outcome"] == "inconclusive":
+            e.results["seeds_needed"] = seeds_range(e)
+    return entries, fam
+
+
+def judge(e: Entry, checks: dict) -> tuple[str, str, str]:
+    """(outcome, verdict word, reason) of one entry."""
+    c = e.first
+    if c.fidelity == "smoke":
+        return "none", NO_VERDICT, "synthetic data exercise the code path, not the claim"
+    if c.kind == "untestable":
+        return "untestable", UNTESTABLE, c.note
     if c.kind == "accounting":
-        return "" if c.ours is None else _num(c.ours)
-    est = c.estimate or {}
-    if not est or not _finite(est.get("mean")):
-        return "—" if c.ours is None else _num(c.ours)
-    half = est.get("half_width")
-    return (f"{_num(est['mean'])} ± {_num(half)} ({est.get('n')})" if _finite(half)
-            else f"{_num(est['mean'])} (n={est.get('n')})")
+        return _judge_accounting(e)
+    n = c.estimate.get("n", 0)
+    if c.fidelity == "proxy":
+        failed = [checks.get(name, {"ok": False, "figure": f"no check {name!r} computed"}) for name in c.needs]
+        failed = [f for f in failed if not f["ok"]]
+        if failed:
+            return "not_exercised", "not exercised at the proxy", "; ".join(f["figure"] for f in failed)
+    if n < MIN_N_VERDICT:
+        return "descriptive", f"inconclusive (n = {n})", f"fewer than {MIN_N_VERDICT} seeds: descriptive only"
+    outcome, reason = _outcome(e)
+    word = WORDS[outcome][0 if c.fidelity == "same" else 1]
+    return outcome, word, reason
 
 
-def _seeds(c: Claim) -> str:
-    if c.results.get("verdict") != NOT_SHOWN:
-        return ""
-    if c.published is None:
-        return "n/a (no published size)"
-    n = c.results.get("seeds_needed")
-    return "n/a (no spread observed)" if n is None else str(n)
+def _outcome(e: Entry) -> tuple[str, str]:
+    c, r = e.first, e.results
+    mean, p = c.direction * (c.estimate["mean"] - c.null), r.get("p_holm")
+    size = r.get("size") or {}
+    size_sig = _finite(size.get("p_holm")) and size["p_holm"] < ALPHA
+    direction = f"direction test Holm p {_num(p)}"
+    size_txt = f"size test Holm p {_num(size.get('p_holm'))}" if size else ""
+    if _finite(p) and p < ALPHA and mean < 0:
+        return "reversed", f"{direction} < {ALPHA}, against the claimed direction"
+    if _finite(p) and p < ALPHA:
+        if size_sig:
+            return f"holds_{size['side']}", f"{direction} < {ALPHA} in the claimed direction; {size_txt} < {ALPHA}"
+        return "holds", f"{direction} < {ALPHA} in the claimed direction" + (f"; {size_txt}" if size else "")
+    if size_sig:
+        return size["side"], f"{size_txt} < {ALPHA}: the published size is ruled out ({direction})"
+    if not _finite(p):
+        return "inconclusive", "no p (constant per-seed values)"
+    return "inconclusive", f"{direction}" + (f", {size_txt}" if size else "") + f": neither below {ALPHA}"
 
+
+def _judge_accounting(e: Entry) -> tuple[str, str, str]:
+    reasons, ok = [], True
+    for c in e.claims:
+        if c.ours is None or not _finite(c.ours):
+            return "untestable", UNTESTABLE, "no figure at the paper configuration"
+        off = abs(c.ours - c.published) if c.absolute else abs(c.ours - c.published) / abs(c.published)
+        ok = ok and off <= c.tolerance
+        what = f"{off:.3g}" if c.absolute else f"{100 * off:.2f} %"
+        tol = f"{c.tolerance:g}" if c.absolute else f"{100 * c.tolerance:g} %"
+        reasons.append(f"ours {c.ours:,.4g} vs published {c.published:,.4g} ({what} apart; tolerance {tol})")
+    if e.fidelity == "consistency":
+        word = "consistent (fitted)" if ok else "inconsistent"
+        reasons.append("our unstated dimensions were fitted to the document's figures: consistency, not reproduction")
+    else:
+        word = "reproduced" if ok else "contradicted"
+    return ("match" if ok else "mismatch"), word, "; ".join(reasons)
+
+
+def indicators(e: Entry) -> dict:
+    """The side indicators of a statistical entry (unadjusted; never a verdict)."""
+    c = e.first
+    est, rng = c.estimate, e.published_range
+    values, n = _directed(c), est.get("n", 0)
+    out = {"n": n}
+    mean, half, sd = est.get("mean"), est.get("half_width"), est.get("sd")
+    if rng is not None and _finite(half):
+        lo, hi = sorted(c.null + c.direction * x for x in rng)
+        out["published_in_ci"] = bool(mean - half <= hi and lo <= mean + half)
+        out["tost_p"] = tost(values, min(abs(x) for x in rng))
+        if _finite(sd):
+            out["telescope"] = (f"seed SD {sd:.3g} {'>' if sd > min(abs(x) for x in rng) else '<='} |published| "
+                                f"{min(abs(x) for x in rng):.3g}")
+    if "wins" in est and n:
+        out["p_improvement_paired"] = (est["wins"] + 0.5 * est.get("ties", 0)) / n
+        if c.direction < 0:
+            out["p_improvement_paired"] = 1 - out["p_improvement_paired"]
+    boot = est.get("bootstrap") or {}
+    low, high = boot.get("diff_low", boot.get("low")), boot.get("diff_high", boot.get("high"))
+    if n >= MIN_N_BOOTSTRAP and _finite(low) and _finite(high):
+        out["bootstrap_95"] = (low, high)
+    return out
+
+
+def seeds_range(e: Entry) -> dict | None:
+    """Seeds a paired t-test needs for 80 % power at the published effect (the end of the published range nearest
+    to no effect): at the observed SD and at the ends of its 95 % chi-square interval. None where there is no
+    published size, no spread, or the observed effect opposes the published one."""
+    from itervision.stats import seeds_needed
+
+    c, rng = e.first, e.published_range
+    if c.kind != "statistical" or rng is None:
+        return None
+    est, n = c.estimate, c.estimate.get("n", 0)
+    sd, effect = est.get("sd"), min(rng, key=abs)
+    if not _finite(sd) or sd <= 0 or n < 2:
+        return None
+    if c.direction * (est["mean"] - c.null) * effect <= 0:
+        return {"opposite": True}
+    sd_low = sd * math.sqrt((n - 1) / sps.chi2.ppf(0.975, n - 1))
+    sd_high = sd * math.sqrt((n - 1) / sps.chi2.ppf(0.025, n - 1))
+    return {"point": seeds_needed(effect, sd), "low": seeds_needed(effect, sd_low),
+            "high": seeds_needed(effect, sd_high), "effect": effect, "sd": sd}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ------------------------------------------------------------------------------------------ rendering
 
 def _num(v) -> str:
     if v is None or not _finite(v):
@@ -205,32 +400,116 @@ def _num(v) -> str:
     return f"{v:.4g}"
 
 
-def counts(claims: list[Claim]) -> dict:
-    """{document: {verdict: count}}."""
-    out = {}
-    for c in claims:
-        doc = out.setdefault(c.document, {})
-        doc[c.results["verdict"]] = doc.get(c.results["verdict"], 0) + 1
+def _published(e: Entry) -> str:
+    vals = [x.published for x in e.claims if _finite(x.published)]
+    if not vals:
+        return "—"
+    uniq = sorted(set(vals))
+    return (_num(uniq[0]) if len(uniq) == 1 else f"{_num(uniq[0])} to {_num(uniq[-1])}") + \
+        (f" {e.first.unit}" if e.first.unit else "")
+
+
+def _estimate(e: Entry) -> str:
+    c = e.first
+    if c.kind == "accounting":
+        return "; ".join(dict.fromkeys(_num(x.ours) for x in e.claims if x.ours is not None))
+    est = c.estimate or {}
+    if not est or not _finite(est.get("mean")):
+        return "—" if c.ours is None else _num(c.ours)
+    half = est.get("half_width")
+    return (f"{_num(est['mean'])} ± {_num(half)} (n {est.get('n')})" if _finite(half)
+            else f"{_num(est['mean'])} (n {est.get('n')})")
+
+
+def _indicators(e: Entry) -> str:
+    r = e.results
+    if e.kind != "statistical":
+        return ""
+    parts = []
+    if "published_in_ci" in r:
+        parts.append(f"published {'inside' if r['published_in_ci'] else 'outside'} the 95 % CI")
+    if _finite(r.get("tost_p")):
+        parts.append(f"TOST ±|published| p {_num(r['tost_p'])}")
+    if r.get("telescope"):
+        parts.append(r["telescope"])
+    if _finite(r.get("p_improvement_paired")):
+        parts.append(f"paired P(A>B) {r['p_improvement_paired']:.2f}")
+    if r.get("bootstrap_95"):
+        parts.append(f"bootstrap [{_num(r['bootstrap_95'][0])}, {_num(r['bootstrap_95'][1])}]")
+    return "; ".join(parts)
+
+
+def _seeds(e: Entry) -> str:
+    s = e.results.get("seeds_needed")
+    if e.results.get("outcome") != "inconclusive":
+        return ""
+    if s is None:
+        return "n/a (no published size or no spread)"
+    if s.get("opposite"):
+        return "n/a (observed effect opposes the published one)"
+    fmt = [str(s[k]) if s[k] is not None else f">{10_000}" for k in ("point", "low", "high")]
+    return f"{fmt[0]} ({fmt[1]}-{fmt[2]})"
+
+
+def _tests(e: Entry) -> str:
+    c, r = e.first, e.results
+    if e.kind != "statistical":
+        return c.test
+    out = f"direction: {c.test}"
+    if "size" in r:
+        out += "; size: t-test against the published " + ("value" if len(set(
+            x.published for x in e.claims)) == 1 else "range")
     return out
 
 
-# ------------------------------------------------------------------------------------------ the stage
-
-def gather(metrics_root, paper_costs: dict) -> list[Claim]:
-    """Every registered study's claims, from its aggregate.json and reference CSV."""
-    from itervision.io import read_json_file
-    from itervision.layout import reference_csv, study_metrics
-    from itervision.reporting.tables import load_reference
-    from itervision.studies import STUDIES
-
+def rows(entries: list[Entry]) -> list[dict]:
     out = []
-    for name, study in STUDIES.items():
-        if not study.has_part("claims"):
-            continue
-        agg = read_json_file(study_metrics(name)["aggregate"], f"regenerate it with `dvc repro aggregate_{name}`",
-                             required=("seeds",))
-        out += study.part("claims").claims(agg, paper_costs, load_reference(reference_csv(name)))
+    for e in entries:
+        c, r = e.first, e.results
+        size = r.get("size") or {}
+        out.append({
+            "document": e.document, "test_id": e.test_id, "claims": "; ".join(x.id for x in e.claims),
+            "claim": " | ".join(x.statement for x in e.claims),
+            "reference": "; ".join("/".join(ref) for ref in e.refs) or "(prose)",
+            "fidelity": c.fidelity, "claimed_setting": " | ".join(dict.fromkeys(x.claimed for x in e.claims)),
+            "tested_setting": c.tested,
+            "published": _published(e), "kind": c.kind, "estimate": _estimate(e), "n": r.get("n", ""),
+            "per_seed": " ".join(_num(v) for v in (c.estimate or {}).get("per_seed", [])) if c.kind == "statistical"
+            else "", "test": _tests(e), "p": _num(r.get("p")) if "p" in r else "",
+            "p_holm": _num(r.get("p_holm")) if "p_holm" in r else "",
+            "p_size_holm": _num(size.get("p_holm")) if size else "", "indicators": _indicators(e),
+            "verdict": r["verdict"], "reason": r["reason"] + (f"; {c.note}" if c.note and c.kind != "untestable"
+                                                             else ""),
+            "seeds_needed_80pct": _seeds(e)})
     return out
+
+
+def headline(entries: list[Entry]) -> dict:
+    """{document: {fidelity: {"tests": N, "claims": M, "verdicts": {word: count}}}} (entries, never claims,
+    counted; classes never added)."""
+    out = {}
+    for e in entries:
+        h = out.setdefault(e.document, {}).setdefault(e.fidelity, {"tests": 0, "claims": 0, "verdicts": {}})
+        h["tests"] += 1
+        h["claims"] += len(e.claims)
+        h["verdicts"][e.results["verdict"]] = h["verdicts"].get(e.results["verdict"], 0) + 1
+    return out
+
+
+def headline_lines(tally: dict) -> list[str]:
+    lines = []
+    for doc, classes in tally.items():
+        for fid in FIDELITIES:
+            if fid in classes:
+                h = classes[fid]
+                verdicts = ", ".join(f"{v} {k}" for k, v in sorted(h["verdicts"].items(), key=lambda kv: -kv[1]))
+                lines.append(f"- **{doc}, {fid}**: {h['tests']} tests ({h['claims']} claims): {verdicts}")
+    return lines
+
+
+COLUMNS = ["document", "test_id", "claims", "claim", "reference", "source", "fidelity", "claimed_setting",
+           "tested_setting", "published", "kind", "estimate", "n", "per_seed", "test", "p", "p_holm", "p_size_holm",
+           "indicators", "verdict", "reason", "seeds_needed_80pct"]
 
 
 def sources(document: str) -> dict:
@@ -243,46 +522,69 @@ def sources(document: str) -> dict:
         return {(r["dataset"], r["row"], r["quantity"]): r["source"] for r in csv.DictReader(f)}
 
 
-COLUMNS = ["document", "id", "claim", "reference", "source", "published", "unit", "kind", "estimate", "n",
-           "bootstrap_95", "p_improvement", "test", "p", "p_holm", "verdict", "reason", "seeds_needed_80pct"]
-
-
-def write(claims: list[Claim], md_path, csv_path, json_path) -> None:
-    """metrics/claims.md (by document, verdict counts first), .csv (the same cells), .json (counts)."""
+def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, ledger_path) -> None:
+    """metrics/claims.md (by document and fidelity class, headline first), .csv (the same cells), .json (the
+    headline counts, for `dvc metrics`) and ledger.json (rows and Holm families, which the report stages read)."""
     import csv
     import io
 
     from itervision.io import write_json, write_text
 
-    table = rows(claims)
+    table = rows(entries)
     src = {}
-    for c in claims:
-        src.setdefault(c.document, sources(c.document))
-    for row, c in zip(table, claims):
-        row["source"] = "; ".join(dict.fromkeys(src[c.document].get(tuple(r), "") for r in c.refs)) or "prose"
+    for row, e in zip(table, entries):
+        s = src.setdefault(e.document, sources(e.document))
+        row["source"] = "; ".join(dict.fromkeys(s.get(tuple(r), "") for r in e.refs)) or "prose"
     buf = io.StringIO()
     writer = csv.DictWriter(buf, COLUMNS)
     writer.writeheader()
     writer.writerows(table)
     write_text(csv_path, buf.getvalue())
-    tally = counts(claims)
+    tally = headline(entries)
     md = ["# Claims ledger", "",
-          "Every quantitative claim of both documents, what this pipeline measured for it and a verdict "
-          "(itervision/ledger.py states the rules). One multiple-comparison rule: Holm over the distinct tests of "
-          "each document. Estimates are mean ± 95 % t-interval (n seeds); the bootstrap interval and P(A > B) stand "
-          "beside them (at 3-5 seeds a bootstrap interval is too narrow). Seeds needed: a paired t-test detecting "
-          "the published effect at 80 % power, alpha 0.05, with the observed spread.", ""]
-    for doc, verdicts in tally.items():
-        md.append(f"- **{doc}**: " + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items(), key=lambda kv: -kv[1])))
+          "Every quantitative claim of both documents, one entry per test (claims resting on one test are listed "
+          "together), with the setting the claim was made in and the setting tested here. Verdict words carry their "
+          "scope: at the proxy they say nothing about the document's own setting. Rules and reasons: docs/ledger.md "
+          "(and itervision/ledger.py). Estimates are mean ± 95 % t-interval (n seeds); p-values are Holm-adjusted "
+          "once per document over every test its report prints; indicators are unadjusted and never decide a "
+          "verdict. Seeds needed: 80 % power at the published effect, at the observed SD (and at the ends of its "
+          "95 % interval).", ""]
+    md += headline_lines(tally)
     for doc in tally:
-        md += ["", f"## {doc}", "", "| claim | published | ours | test | Holm p | verdict | why | seeds needed |",
-               "|---|---|---|---|---|---|---|---|"]
-        for row in table:
-            if row["document"] == doc:
-                ours = row["estimate"] + (f"; bootstrap {row['bootstrap_95']}" if row["bootstrap_95"] else "") + (
-                    f"; P(A>B) {row['p_improvement']}" if row["p_improvement"] else "")
-                md.append(f"| {row['claim']} ({row['reference']}) | {row['published']} {row['unit']} | {ours} | "
-                          f"{row['test']} | {row['p_holm']} | **{row['verdict']}** | {row['reason']} | "
-                          f"{row['seeds_needed_80pct']} |")
+        for fid in FIDELITIES:
+            sel = [row for row, e in zip(table, entries) if e.document == doc and e.fidelity == fid]
+            if not sel:
+                continue
+            md += ["", f"## {doc}: {fid}", "",
+                   "| claims (reference) | claimed → tested | published | ours | tests | Holm p (direction; size) "
+                   "| indicators | verdict | why | seeds needed |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for row in sel:
+                setting = f"{row['claimed_setting']} → {row['tested_setting']}" if row["tested_setting"] else \
+                    row["claimed_setting"]
+                holm_p = "; ".join(x for x in (row["p_holm"], row["p_size_holm"]) if x)
+                md.append(f"| {row['claim']} ({row['reference']}) | {setting} | {row['published']} | "
+                          f"{row['estimate']} | {row['test']} | {holm_p} | {row['indicators']} | **{row['verdict']}** "
+                          f"| {row['reason']} | {row['seeds_needed_80pct']} |")
     write_text(md_path, "\n".join(md) + "\n")
-    write_json(json_path, {doc: dict(sorted(v.items())) for doc, v in tally.items()})
+    write_json(json_path, {doc: {fid: {"tests": h["tests"], "claims": h["claims"], **dict(sorted(h["verdicts"].items()))}
+                                 for fid, h in classes.items()} for doc, classes in tally.items()})
+    write_json(ledger_path, {"documents": {doc: {"family": families_.get(doc, {}),
+                                                 "entries": [row for row in table if row["document"] == doc]}
+                                           for doc in tally}})
+
+
+def apply_family(agg, family: dict):
+    """Set p_holm on every tagged comparison of an aggregate from the document's family (in place), so a table
+    prints the ledger's adjusted value; returns agg."""
+    def walk(node):
+        if isinstance(node, dict):
+            if "test_id" in node and node["test_id"] in family:
+                node["p_holm"] = family[node["test_id"]]["p_holm"]
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(agg)
+    return agg

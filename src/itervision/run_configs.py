@@ -12,6 +12,16 @@ from itervision.schema import key
 
 _RANDAUGMENT = re.compile(r"^rand(-(m\d+|n\d+|mstd\d+(\.\d+)?|mmax\d+|inc[01]|p\d*\.?\d+))*$")
 COMPILE_MODES = ("none", "default", "reduce-overhead")
+# The kernels' instruction set is part of a CPU run's recipe, like its thread count: ATen's vectorised kernels,
+# oneDNN (convolutions) and MKL (matrix products) each pick code paths by the CPU they find, and two paths sum in
+# different orders, so the same seed gives other weights on another CPU. Each of the three honours an environment
+# variable read when the library first runs (checked for torch 2.14.1: docs/performance.md), so a run stage sets
+# them before it imports torch. `native` pins nothing (the results then depend on the CPU).
+CPU_PINS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_CBWR": "AVX512"},
+    "native": {},
+}
 
 
 def _randaugment_ok(s: str) -> bool:
@@ -58,6 +68,9 @@ class TrainConfig:
     ema_decay: float = key(0, 1, open_lo=True)
     workers: int = key(0, default=0, doc="loader processes for image folders")
     threads: int = key(1, 512, doc="intra-op CPU threads of a run: part of the recipe (results depend on it)")
+    cpu_capability: str = key(choices=tuple(CPU_PINS), default="native",
+                              doc="instruction set the CPU kernels are pinned to: part of the recipe (results depend "
+                                  "on it); a CPU without it is refused")
     curve_points: int = key(0, doc="learning-curve evaluations during training (the final one is separate)")
     curve_images: int = key(1, doc="images of the calib and of the test split scored at each curve point")
 
@@ -90,6 +103,10 @@ class TrainConfig:
             raise UserError(f"train.micro_batch {micro} does not divide the {per} images a process takes per step "
                             f"(global_batch {self.global_batch} over {world} processes); pick a divisor")
         return per // micro, micro
+
+    def cpu_pin_env(self) -> dict:
+        """The environment that pins the CPU kernels to `cpu_capability` (set before torch is imported)."""
+        return dict(CPU_PINS[self.cpu_capability])
 
     def peak_lr(self) -> float:
         return self.lr * self.global_batch / self.lr_batch

@@ -8,6 +8,7 @@ from itervision.errors import UserError
 from itervision.params import deep_merge, read_yaml_mapping
 
 SCALES_DIR = Path("configs/scales")
+SYNTHETIC_SCALES = ("paper-smoke",)  # scales whose data are synthetic: the claims ledger gives them no verdict
 
 
 def render_scale(name: str, root: str | Path = ".", base: str = "cpu") -> dict:

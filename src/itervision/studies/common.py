@@ -69,6 +69,15 @@ def budget(runs: dict, dataset: str, model: str, seeds: list) -> dict:
             "global_batch": t["global_batch"], "train_images": t["train_images"]}
 
 
+def tested_setting(runs: dict, dataset: str, model: str, seeds: list, size: str, synthetic: bool) -> dict:
+    """The setting a study's claims were tested in (claims ledger): dataset, resolution, model size, epochs of the
+    training split seen, and whether the data were synthetic (a smoke scale)."""
+    b = budget(runs, dataset, model, seeds)
+    cfg = runs[(dataset, model, seeds[0])]["config"]["config"]
+    return {"dataset": dataset, "img_size": cfg["img_size"], "size": size, "synthetic": synthetic,
+            "epochs": b["images_seen"] / b["train_images"] if b["train_images"] else float("nan")}
+
+
 def training_speed(runs: dict, dataset: str, model: str, seeds: list) -> dict:
     """Wall-clock of training and of each run's fixed overhead, start-up (process start to the first step) plus
     evaluation (timing: descriptive, never gated). Runs that lack a figure (a start-up measured without

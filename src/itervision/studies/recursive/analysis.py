@@ -9,9 +9,10 @@ import numpy as np
 
 from itervision.matrix import seeds_for
 from itervision.params import Params, model_config
+from itervision.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
-                                       run_overhead, series, shared_cost_range, top1, training_speed)
-from itervision.stats import holm_fill, mcnemar, mean_ci, paired_difference
+                                       run_overhead, series, shared_cost_range, tested_setting, top1, training_speed)
+from itervision.stats import mcnemar, mean_ci, paired_difference
 
 ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ablation", "embedding"))
 
@@ -30,7 +31,8 @@ def _measured_sparsity(run: dict):
 
 
 def accuracy(p: Params, runs: dict) -> tuple[dict, list]:
-    """Table 1: top-1 by dataset and main model; paired differences to the baseline, Holm over the table."""
+    """Table 1: top-1 by dataset and main model; paired differences to the baseline (Holm-adjusted by the claims
+    ledger, over every test of the document)."""
     s = p.study("recursive")
     acc, comps = {}, []
     for ds in s.datasets:
@@ -39,8 +41,9 @@ def accuracy(p: Params, runs: dict) -> tuple[dict, list]:
             acc.setdefault(ds, {})[m] = {"top1": mean_ci(values), "per_seed": values}
             if m != s.baseline:
                 c = _compare(runs, ds, m, s.baseline, p.seeds, with_mcnemar=True)
-                comps.append({**c, "dataset": ds, "model": m, "against": s.baseline})
-    return acc, holm_fill(comps)
+                comps.append({**c, "dataset": ds, "model": m, "against": s.baseline,
+                              "test_id": test_id(ds, m, s.baseline)})
+    return acc, comps
 
 
 def efficiency(p: Params, runs: dict, profiles: dict) -> dict:
@@ -71,7 +74,7 @@ def ablation(p: Params, runs: dict, profiles: dict, name: str, key: str) -> list
     """Tables 3-5: one ablation list on the ablation dataset and seeds, each row against the reference model."""
     s = p.study("recursive")
     ds, seeds = ablation_dataset(p), p.ablation_seeds
-    rows, comps = [], []
+    rows = []
     for m in getattr(s, name):
         costs = profiles[(ds, m)]["costs"]
         row = {"model": m, key: runs[(ds, m, seeds[0])]["config"]["config"][key],
@@ -80,10 +83,9 @@ def ablation(p: Params, runs: dict, profiles: dict, name: str, key: str) -> list
                "avg_sparsity_measured": mean_ci(series(runs, ds, m, seeds, _measured_sparsity)),
                "macs_per_image": costs["macs_per_image"]}
         if m != s.reference:
-            row["difference"] = {**_compare(runs, ds, m, s.reference, seeds), "model": m, "against": s.reference}
-            comps.append(row["difference"])
+            row["difference"] = {**_compare(runs, ds, m, s.reference, seeds), "model": m, "against": s.reference,
+                                 "test_id": test_id(ds, m, s.reference)}
         rows.append(row)
-    holm_fill(comps)
     return rows
 
 
@@ -123,12 +125,18 @@ def extra_comparisons(p: Params, runs: dict) -> dict:
     out, ds0, ds = {}, s.datasets[0], ablation_dataset(p)
     if "sa-moe" in s.main and s.reference != "sa-moe":
         out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
-                                                                                           "sa-moe", p.seeds)}
+                                                                                           "sa-moe", p.seeds),
+                                      "test_id": test_id(ds0, s.reference, "sa-moe")}
     ks = sorted(s.k_ablation, key=lambda m: runs[(ds, m, p.ablation_seeds[0])]["config"]["config"]["topk"])
     if len(ks) >= 2:
-        out["k_smallest_vs_largest"] = {"model": ks[0], "against": ks[-1],
+        out["k_smallest_vs_largest"] = {"model": ks[0], "against": ks[-1], "test_id": test_id(ds, ks[0], ks[-1]),
                                         **_compare(runs, ds, ks[0], ks[-1], p.ablation_seeds)}
     return out
+
+
+def test_id(dataset: str, model: str, against: str) -> str:
+    """The name of a paired comparison in the document's Holm family (ledger.py): one comparison, one test."""
+    return f"{dataset}: {model} - {against}"
 
 
 def ablation_dataset(p: Params) -> str:
@@ -146,6 +154,9 @@ def aggregate(p: Params) -> dict:
 
     out = {"seeds": p.seeds, "ablation_seeds": p.ablation_seeds, "datasets": s.datasets, "baseline": s.baseline,
            "reference": s.reference, "ablation_dataset": ablation_dataset(p)}
+    cfg = runs[(ds0, s.reference, p.seeds[0])]["config"]["config"]
+    out["setting"] = tested_setting(runs, ds0, s.reference, p.seeds, f"d {cfg['dim']}, {cfg['blocks']} blocks, "
+                                    f"{cfg['steps']} steps", synthetic=p.scale in SYNTHETIC_SCALES)
     out["accuracy"], out["accuracy_differences"] = accuracy(p, runs)
     out["efficiency"] = efficiency(p, runs, profiles)
     for name, key in ABLATIONS:
@@ -170,8 +181,7 @@ def summary_metrics(agg: dict) -> dict:
             out.setdefault(ds, {})[m] = {"top1": {"mean": v["top1"]["mean"], "ci95": v["top1"]["half_width"],
                                                   "n": v["top1"]["n"]}}
     for c in agg["accuracy_differences"]:
-        out[c["dataset"]][c["model"]][f"diff_vs_{c['against']}"] = {"mean": c["mean"], "ci95": c["half_width"],
-                                                                      "p_holm": c["p_holm"]}
+        out[c["dataset"]][c["model"]][f"diff_vs_{c['against']}"] = {"mean": c["mean"], "ci95": c["half_width"]}
     for m, e in agg["efficiency"].items():
         out.setdefault("costs", {})[m] = {"active_params": e["active_params"], "macs_per_image": e["macs_per_image"],
                                           **({"block_mac_ratio": e["block_mac_ratio"]}

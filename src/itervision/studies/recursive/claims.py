@@ -1,89 +1,179 @@
-"""The quantitative claims of seed document 000, each tied to the data/reference/recursive.csv rows it states and
-to what this pipeline measured for it (metrics/recursive/aggregate.json, metrics/paper_costs.json). The ledger
-(itervision/ledger.py) tests them, adjusts within the document, and gives the verdicts."""
+"""The quantitative claims of seed document 000, each tied to the data/reference/recursive.csv rows it states, the
+setting the document made it in, the setting tested here, the mechanisms it needs, and what this pipeline
+measured for it (metrics/recursive/aggregate.json, metrics/paper_costs.json). The ledger (itervision/ledger.py)
+groups them by test, adjusts within the document and gives the verdicts; docs/ledger.md gives the reasons.
+"""
 from __future__ import annotations
 
 from itervision.ledger import Claim, accounting, differenced, quantity, untestable
 from itervision.stats import one_sample
 
-ABSOLUTE = ("absolute accuracy after 200 epochs at the paper size (32 px, d 512, 16 steps); this scale trains "
-            "d 64 for under one epoch of Fashion-MNIST")
+DOC = "recursive"
+DOC_DATASETS = ("cifar10", "cifar100", "mnist", "fashion_mnist")
+# The document's configuration (its summary; ../docs/ledger.md): d 512, 4 blocks, 16 steps, 200 epochs, native sizes
+CLAIMED = {"img_size": {"cifar10": 32, "cifar100": 32, "mnist": 28, "fashion_mnist": 28}, "dim": 512, "blocks": 4,
+           "steps": 16, "epochs": 200}
+ABSOLUTE = ("an absolute accuracy of the paper size after 200 epochs; compare the differences between variants "
+            "instead")
+RECURSION_MIN_GAIN = 0.5    # points of top-1 the last step must add to step 1 (the gate's smallest meaningful drop)
+MIN_EXPERT_SHARE = 0.5      # of a uniform share: the least-used expert below half of 1/E counts as collapsed
+
+
+def claimed_setting(dataset: str) -> dict:
+    sizes = CLAIMED["img_size"]
+    return {"dataset": dataset, "img_size": sizes.get(dataset, 32), "size": f"d {CLAIMED['dim']}, "
+            f"{CLAIMED['blocks']} blocks, {CLAIMED['steps']} steps", "epochs": CLAIMED["epochs"]}
+
+
+def describe(setting: dict | None) -> str:
+    if not setting:
+        return ""
+    ds = setting["dataset"] if setting["dataset"] != "all" else "any of " + "/".join(DOC_DATASETS)
+    return f"{ds}, {setting['img_size']} px, {setting['size']}, {setting['epochs']:.3g} epochs"
+
+
+def fidelity(claimed: dict, tested: dict | None) -> str:
+    """same: the claim's dataset (one of the document's four for a claim over all of them), resolution, model size
+    and training budget (within 1 %); proxy: anything else; smoke: synthetic data."""
+    if not tested:
+        return "proxy"
+    if tested.get("synthetic"):
+        return "smoke"
+    ds_ok = tested["dataset"] == claimed["dataset"] or (claimed["dataset"] == "all" and tested["dataset"] in DOC_DATASETS)
+    same = ds_ok and tested["img_size"] == claimed["img_size"] and tested["size"] == claimed["size"] and \
+        abs(tested["epochs"] - claimed["epochs"]) <= 0.01 * claimed["epochs"]
+    return "same" if same else "proxy"
+
+
+def checks(agg: dict) -> dict:
+    """Does this scale exercise the mechanisms the claims rest on? {name: {"ok", "figure"}} (docs/ledger.md)."""
+    out = {}
+    tr = agg.get("traces") or {}
+    sparsity = [s["mean"] for s in tr.get("sparsity_measured", [])]
+    if sparsity:
+        sparse = sum(1 for s in sparsity if s > 0)
+        out["dsa_sparse"] = {"ok": sparse > len(sparsity) / 2, "figure": (
+            f"DSA sparse in {sparse} of {len(sparsity)} steps (mean masked fraction {sum(sparsity) / len(sparsity):.2f}"
+            "; the check asks for most steps)")}
+    steps = (agg.get("per_step") or {}).get(agg["reference"], {}).get("top1", [])
+    if len(steps) > 1:
+        gain = 100 * (steps[-1]["mean"] - steps[0]["mean"])
+        out["recursion"] = {"ok": gain >= RECURSION_MIN_GAIN, "figure": (
+            f"{agg['reference']} step 1 {100 * steps[0]['mean']:.2f} %, step {len(steps)} {100 * steps[-1]['mean']:.2f} % "
+            f"({gain:+.2f} points; the check asks for >= +{RECURSION_MIN_GAIN})")}
+    util = tr.get("expert_utilisation") or []
+    if util:
+        experts = len(util[0])
+        least = min(min(step) for step in util)
+        out["moe_routing"] = {"ok": least >= MIN_EXPERT_SHARE / experts, "figure": (
+            f"least-used expert share {least:.2f} over the steps (uniform {1 / experts:.2f}; collapsed below "
+            f"{MIN_EXPERT_SHARE / experts:.3f})")}
+    depths = sorted(r["steps"] for r in agg.get("depth_ablation", []))
+    if depths:
+        ok = 4 in depths and max(depths) >= 8
+        out["claimed_depths"] = {"ok": ok, "figure": f"the depth ablation compares {' / '.join(map(str, depths))} "
+                                                     "steps (the claim: 4 -> 8-16)"}
+    return out
 
 
 def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
     out = []
     ds0, base, reference = agg["datasets"][0], agg["baseline"], agg["reference"]
+    tested = agg.get("setting")
     diffs = {(c["dataset"], c["model"]): c for c in agg["accuracy_differences"]}
-    for ds in ("cifar10", "cifar100", "mnist", "fashion_mnist"):
+
+    def at(dataset: str) -> dict:
+        claimed = claimed_setting(dataset)
+        return {"fidelity": fidelity(claimed, tested), "claimed": describe(claimed), "tested": describe(tested)}
+
+    def paper_count(**kw) -> dict:
+        return {"fidelity": "consistency", "claimed": describe(claimed_setting("all")),
+                "tested": "analytic count at the paper configuration", **kw}
+
+    for ds in DOC_DATASETS:
         ours = agg["accuracy"].get(ds, {}).get(reference)
-        out.append(untestable("000-top1-" + ds, "recursive", f"DSA-MoE reaches {ref[(ds, 'dsa-moe', 'top1')]:.1f}% "
+        out.append(untestable("000-top1-" + ds, DOC, f"DSA-MoE reaches {ref[(ds, 'dsa-moe', 'top1')]:.1f}% "
                               f"top-1 on {ds}", [(ds, "dsa-moe", "top1")], ref[(ds, "dsa-moe", "top1")], "%",
-                              ABSOLUTE, shown=ours["top1"] if ours else None, scale=100))
+                              ABSOLUTE, shown=ours["top1"] if ours else None, scale=100, **at(ds)))
     margin = diffs.get((ds0, reference))
     for bound in ("min", "max"):
         key = ("all", "dsa-moe", f"margin_over_sa_mlp_{bound}")
         out.append(differenced(
-            f"000-margin-{bound}", "recursive", f"DSA-MoE is more accurate than SA-MLP (published margin "
-            f"{ref[key]:g} points, the {'smallest' if bound == 'min' else 'largest'} over the four datasets)",
+            f"000-margin-{bound}", DOC, f"DSA-MoE is more accurate than SA-MLP by {ref[key]:g} points (the "
+            f"{'smallest' if bound == 'min' else 'largest'} published margin over the four datasets)",
             [key], ref[key], margin, test_id="dsa-moe - sa-mlp",
-            test=f"paired t, {reference} - {base} top-1 on {ds0}, seeds {agg['seeds']}"))
+            test=f"paired t, {reference} - {base} top-1 on {ds0}, seeds {agg['seeds']}",
+            needs=("dsa_sparse", "moe_routing"), **at("all")))
     vs_samoe = agg["extra_comparisons"].get("reference_vs_sa-moe")
     if vs_samoe:
-        out.append(differenced("000-vs-sa-moe", "recursive", "DSA-MoE is more accurate than SA-MoE (the best of the "
+        out.append(differenced("000-vs-sa-moe", DOC, "DSA-MoE is more accurate than SA-MoE (the best of the "
                                "three variants; no margin published)", [], None, vs_samoe, test_id="dsa-moe - sa-moe",
-                               test=f"paired t, {reference} - sa-moe top-1 on {ds0}", direction=1))
-    for key, model, label in ((("all", "sa-mlp", "stored_params"), "sa-mlp", "stored_params"),
-                              (("all", "sa-mlp", "active_params"), "sa-mlp", "active_params"),
-                              (("all", "dsa-moe", "active_params"), "dsa-moe", "active_params"),
-                              (("all", "dsa-moe", "block_mac_ratio"), "dsa-moe", "block_mac_ratio")):
+                               test=f"paired t, {reference} - sa-moe top-1 on {ds0}", direction=1,
+                               needs=("dsa_sparse",), **at("all")))
+    # SA-MLP's stored and active parameters are one figure (no experts): one count, two claims.
+    for key, model, label, test_id in (
+            (("all", "sa-mlp", "stored_params"), "sa-mlp", "stored_params", "sa-mlp parameters"),
+            (("all", "sa-mlp", "active_params"), "sa-mlp", "active_params", "sa-mlp parameters"),
+            (("all", "dsa-moe", "active_params"), "dsa-moe", "active_params", "dsa-moe active parameters"),
+            (("all", "dsa-moe", "block_mac_ratio"), "dsa-moe", "block_mac_ratio", "block multiply-add ratio")):
         value = paper.get("recursive", {}).get(model, {}).get(label)
         what = {"stored_params": "parameters", "active_params": "active parameters",
                 "block_mac_ratio": "block multiply-add ratio to SA-MLP"}[label]
-        out.append(accounting(f"000-{model}-{label}", "recursive", f"{model}: {ref[key]:,g} {what}", [key], ref[key],
-                              value, "analytic count at the paper configuration (metrics/paper_costs.json)"))
+        out.append(accounting(f"000-{model}-{label}", DOC, f"{model}: {ref[key]:,g} {what}", [key], ref[key],
+                              value, "analytic count at the paper configuration (metrics/paper_costs.json)",
+                              **paper_count(test_id=test_id)))
     for key, k in ((("all", "k=6", "avg_sparsity"), "dsa-moe"), (("all", "k=2", "avg_sparsity"), "dsa-moe-k2")):
-        out.append(accounting(f"000-sparsity-{key[1]}", "recursive", f"average attention sparsity {ref[key]:.0%} at "
+        out.append(accounting(f"000-sparsity-{key[1]}", DOC, f"average attention sparsity {ref[key]:.0%} at "
                               f"{key[1]}", [key], ref[key], paper.get("recursive", {}).get(k, {}).get("avg_sparsity"),
-                              "max(0, 1 - k / L_t) averaged over the 16 steps; the measured masked fraction equals it "
-                              "(tests, table 2)", tolerance=0.01, absolute=True))
+                              "max(0, 1 - k / L_t) averaged over the 16 steps (L_t = t + 2); the measured masked "
+                              "fraction equals it (tests, table 2)", tolerance=0.01, absolute=True, **paper_count()))
+    out.append(_training_time(agg, ref, at("all")))
+    ks = [r for r in agg["k_ablation"] if r.get("difference")]
+    drop = min(ks, key=lambda r: r["topk"])["difference"] if ks else None  # the smallest k against the reference
+    key = ("cifar10", "k=2", "top1_drop")
+    out.append(differenced("000-k2-cost", DOC, f"k = 2 costs {ref[key]:g} points of top-1 against k = 6 (75 % "
+                           "against 36 % sparsity)", [key], -ref[key], drop, test_id="k smallest - reference",
+                           test=f"paired t, {drop['model']} - {drop['against']} on {agg['ablation_dataset']}, seeds "
+                                f"{agg['ablation_seeds']}" if drop else "", direction=-1,
+                           needs=("dsa_sparse",), **at("cifar10")))
+    depth = next((r for r in agg["depth_ablation"] if r.get("difference")), None)
+    if depth:
+        d = depth["difference"]
+        out.append(differenced("000-depth", DOC, "accuracy improves with recursion depth (from 4 to 8-16 "
+                               "steps; no size published)", [], None, _negated(d), test_id="depth",
+                               test=f"paired t, {d['against']} - {d['model']} ({depth['steps']} steps)", direction=1,
+                               needs=("claimed_depths", "recursion"), **at("all")))
+    soft = next((r for r in agg["embedding_ablation"] if r.get("difference")), None)
+    if soft:
+        d = soft["difference"]
+        out.append(differenced("000-hard-embedding", DOC, "the hard prediction embedding is the better "
+                               "operating point (no size published)", [], None, _negated(d), test_id="embedding",
+                               test=f"paired t, {d['against']} (hard) - {d['model']} (soft)", direction=1,
+                               needs=("recursion",), **at("all")))
+    return out
+
+
+def _training_time(agg: dict, ref: dict, setting: dict) -> Claim:
+    reference, base = agg["reference"], agg["baseline"]
     speed = agg["efficiency"].get(reference, {})
     sa, dsa = ("all", "sa-mlp", "seconds_per_epoch"), ("all", "dsa-moe", "seconds_per_epoch")
     statement = (f"DSA-MoE trains faster than SA-MLP: {ref[dsa]:g} vs {ref[sa]:g} s per epoch, a time ratio of "
                  f"{ref[dsa] / ref[sa]:.3f}")
     if speed.get("moe_kernel") == "dense":
-        # Honest verdict: the dense kernel computes every expert for every token (models/recursive.py), so a
-        # measured time is a verdict on this implementation, never on the method's conditional compute.
-        out.append(untestable(
-            "000-training-time", "recursive", statement, [sa, dsa], ref[dsa] / ref[sa], "time ratio",
+        # The dense kernel computes every expert for every token (models/recursive.py), so a measured time is a
+        # verdict on this implementation, never on the method's conditional compute.
+        return untestable(
+            "000-training-time", DOC, statement, [sa, dsa], ref[dsa] / ref[sa], "time ratio",
             "the MoE kernel here (moe_kernel: dense) computes every expert for every token, so no timing tests the "
-            "method's conditional compute; measured anyway (this CPU, per-seed ratio " + reference + " / " + base
-            + " shown); one H200 at the paper configuration: 2.01 eager, 1.39 compiled at batch 128 "
-            "(docs/performance.md)", shown=one_sample(speed.get("time_ratio_per_seed", []), 1.0)))
-    else:
-        out.append(quantity(
-            "000-training-time", "recursive", statement, [sa, dsa], ref[dsa] / ref[sa],
-            speed.get("time_ratio_per_seed", []), null=1.0, unit="time ratio", test_id="time ratio",
-            test=f"one-sample t of the per-seed training time ratio {reference} / {base} against 1 (this machine)",
-            note=f"MoE kernel: {speed.get('moe_kernel')} (only the routed tokens per expert)"))
-    drop = agg["extra_comparisons"].get("k_smallest_vs_largest")
-    key = ("cifar10", "k=2", "top1_drop")
-    out.append(differenced("000-k2-cost", "recursive", f"k = 2 costs {ref[key]:g} points of top-1 against k = 6",
-                           [key], -ref[key], drop, test_id="k smallest - k largest",
-                           test=f"paired t, {drop['model']} - {drop['against']} on {agg['ablation_dataset']}, seeds "
-                                f"{agg['ablation_seeds']}" if drop else "", direction=-1))
-    depth = next((r for r in agg["depth_ablation"] if r.get("difference")), None)
-    if depth:
-        d = depth["difference"]
-        out.append(differenced("000-depth", "recursive", "accuracy improves with recursion depth (from 4 to 8-16 "
-                               "steps; no size published)", [], None, _negated(d), test_id="depth",
-                               test=f"paired t, {d['against']} - {d['model']} ({depth['steps']} steps)", direction=1))
-    soft = next((r for r in agg["embedding_ablation"] if r.get("difference")), None)
-    if soft:
-        d = soft["difference"]
-        out.append(differenced("000-hard-embedding", "recursive", "the hard prediction embedding is the better "
-                               "operating point (no size published)", [], None, _negated(d), test_id="embedding",
-                               test=f"paired t, {d['against']} (hard) - {d['model']} (soft)", direction=1))
-    return out
+            f"method's conditional compute; measured anyway (this CPU, per-seed ratio {reference} / {base} shown; "
+            "GPU figures: docs/performance.md)", shown=one_sample(speed.get("time_ratio_per_seed", []), 1.0),
+            **setting)
+    return quantity(
+        "000-training-time", DOC, statement, [sa, dsa], ref[dsa] / ref[sa], speed.get("time_ratio_per_seed", []),
+        null=1.0, unit="time ratio", test_id="time ratio",
+        test=f"one-sample t of the per-seed training time ratio {reference} / {base} against 1 (this machine)",
+        note=f"MoE kernel: {speed.get('moe_kernel')} (only the routed tokens per expert)", needs=("moe_routing",),
+        **setting)
 
 
 def _negated(diff: dict) -> dict:

@@ -38,8 +38,8 @@ def table1_accuracy(agg: dict, ref: dict, out_dir: Path) -> None:
     write_table(out_dir / "table1_accuracy", "Table 1. Top-1 accuracy (%) by dataset and variant (last step)",
                 ["dataset", "variant", "top-1 mean ± 95% CI (n)", f"diff to {agg['baseline']} (points)", BOOT,
                  "Holm p", "wins", "sign-flip p (n≥6)", "McNemar (side check)", "published (1 seed)"], rows,
-                [f"Paired by seed (seeds {agg['seeds']}); paired-t intervals; Holm over the rows of this table. "
-                 + small,
+                [f"Paired by seed (seeds {agg['seeds']}); paired-t intervals; Holm p: the claims ledger's, over every "
+                 "test of the document's report. " + small,
                  "encoder-only is the same conv encoder with a linear head and no recursion (not in either document): "
                  "its difference to the baseline says what the recursion adds.",
                  budget_note(agg["budgets"], list(agg["accuracy"][agg["datasets"][0]])),
@@ -75,7 +75,8 @@ def ablation_table(agg: dict, out_dir: Path, name: str, key: str, title: str, la
              fmt_ci(r["top1"]), *_diff_cells(r.get("difference"))] for r in agg[name]]
     notes = [f"Dataset {agg['ablation_dataset']}, seeds {agg['ablation_seeds']} (n = {n_abl}"
              + ("; descriptive only" if n_abl < 5 else "") + f"); every row against {agg['reference']}; "
-             "Holm over this table's comparisons.", budget_note(agg["budgets"], [r["model"] for r in agg[name]])]
+             "Holm p: the claims ledger's, over every test of the document's report.",
+             budget_note(agg["budgets"], [r["model"] for r in agg[name]])]
     if name == "k_ablation":
         notes.append("Published: k=6 gives 36% sparsity, k=2 75% and -3.2 points on CIFAR-10 (16 steps).")
     write_table(out_dir / stem, title, [label, "model", "avg sparsity (formula)", "avg sparsity (measured)",

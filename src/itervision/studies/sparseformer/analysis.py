@@ -9,32 +9,19 @@ target models) comes from params.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from itervision.evaluation.early_exit import (DISPLAY_THRESHOLDS, apply_threshold, choose_for_budget,
                                               choose_for_target, exact_sweep, sweep)
 from itervision.matrix import seeds_for
 from itervision.params import Params
-from itervision.stats import (cost_to_reach, expected_calibration_error, holm_fill, interpolate_log_cost, mean_band,
+from itervision.stats import (cost_to_reach, expected_calibration_error, interpolate_log_cost, mean_band,
                               mean_ci, paired_difference, shared_log_grid)
+from itervision.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
-                                       run_overhead, shared_cost_range, top1, training_speed)
+                                       run_overhead, shared_cost_range, tested_setting, top1, training_speed)
 
 NAN = float("nan")
-
-
-def verdict(diff: dict) -> str:
-    """A claim 'model A is better than B' judged from its paired difference (A - B)."""
-    if diff["n"] < 2 or not math.isfinite(diff["mean"]):
-        return "cannot be judged (fewer than 2 paired seeds)"
-    p = diff.get("p_holm", diff.get("p"))
-    if diff["mean"] > 0 and p is not None and math.isfinite(p) and p < 0.05:
-        return "holds at this scale"
-    if diff["mean"] > 0:
-        return "same direction, not significant at this scale" + (" (n < 5: descriptive only)" if diff["n"] < 5 else "")
-    return "does not hold at this scale"
 
 
 class Sweeps:
@@ -109,7 +96,9 @@ def matched_cost(sw: Sweeps, model: str, budget_model: str, budget_cost: float, 
     return {"model": model, "budget_model": budget_model, "budget_gflops": budget_cost, "seeds": sds,
             "thresholds": chosen, "accuracy": mean_ci(ee_acc), "accuracy_per_seed": ee_acc, "cost": mean_ci(ee_cost),
             "exit_share": [mean_ci([sh[r] for sh in shares]) for r in range(rounds)],
-            "static_accuracy": mean_ci(static_acc), "difference": paired_difference(ee_acc, static_acc),
+            "static_accuracy": mean_ci(static_acc),
+            "difference": {**paired_difference(ee_acc, static_acc),
+                           "test_id": f"{sw.dataset}: early exit of {model} - {budget_model}"},
             "paper_style_accuracy": mean_ci(paper_acc), "paper_style_difference": paired_difference(paper_acc,
                                                                                                   static_acc)}
 
@@ -140,33 +129,34 @@ def reach(sw: Sweeps, recurrent: str, target_model: str | None, reference_cost: 
 
 
 def memory_ablation(sw: Sweeps, recurrent: str, no_memory: str, rounds: int, seeds: dict) -> dict:
-    """Round r with vs without memory, on the common seeds (paired), Holm over the rounds."""
+    """Round r with vs without memory, on the common seeds (paired)."""
     sds = [sd for sd in seeds[no_memory] if sd in seeds[recurrent]]
     rows = []
     for e in range(rounds):
         a = [top1(sw.run(recurrent, sd), exit_index=e) for sd in sds]
         b = [top1(sw.run(no_memory, sd), exit_index=e) for sd in sds]
-        rows.append({"round": e + 1, "with": mean_ci(a), "without": mean_ci(b), "difference": paired_difference(a, b)})
-    holm_fill([r["difference"] for r in rows])
+        rows.append({"round": e + 1, "with": mean_ci(a), "without": mean_ci(b), "difference": {
+            **paired_difference(a, b), "test_id": f"{sw.dataset}: round {e + 1} with - without memory"}})
     return {"seeds": sds, "rounds": rows}
 
 
 def other_checks(sw: Sweeps, models: dict, recurrent: str, static: list, seeds: dict) -> list:
     """Round 1 against the static model with the same tokens; the last exit against every static model costlier
-    than exit 2; Holm over these checks."""
+    than exit 2."""
     first, rec_gflops = models[recurrent]["tokens"][0], models[recurrent]["gflops"]
     checks = []
     same = next((m for m in static if models[m]["tokens"] == [first]), None)
     if same:
         sd = [x for x in seeds[recurrent] if x in seeds[same]]
-        checks.append({"what": f"round 1 vs {same}", "model": same, "difference": paired_difference(
-            [top1(sw.run(recurrent, x), exit_index=0) for x in sd], [top1(sw.run(same, x)) for x in sd])})
+        checks.append({"what": f"round 1 vs {same}", "model": same, "difference": {**paired_difference(
+            [top1(sw.run(recurrent, x), exit_index=0) for x in sd], [top1(sw.run(same, x)) for x in sd]),
+            "test_id": f"{sw.dataset}: round 1 of {recurrent} - {same}"}})
     for m in static:
         if len(rec_gflops) > 1 and models[m]["gflops"][-1] > rec_gflops[1]:
             sd = [x for x in seeds[recurrent] if x in seeds[m]]
-            checks.append({"what": f"last exit vs {m}", "model": m, "difference": paired_difference(
-                [top1(sw.run(recurrent, x)) for x in sd], [top1(sw.run(m, x)) for x in sd])})
-    holm_fill([c["difference"] for c in checks])
+            checks.append({"what": f"last exit vs {m}", "model": m, "difference": {**paired_difference(
+                [top1(sw.run(recurrent, x)) for x in sd], [top1(sw.run(m, x)) for x in sd]),
+                "test_id": f"{sw.dataset}: last exit of {recurrent} - {m}"}})
     return checks
 
 
@@ -188,12 +178,13 @@ def frontier(sw: Sweeps, model: str, latency_ms: list, seeds: list, points: int)
             "thresholds": list(DISPLAY_THRESHOLDS), "exit_share": np.mean(share, axis=0).tolist()}
 
 
-def memory_at_budget(with_memory: dict, without: dict) -> dict:
+def memory_at_budget(dataset: str, with_memory: dict, without: dict) -> dict:
     """Early exit with against without memory at the same budget: paired over their common seeds."""
     common = [sd for sd in with_memory["seeds"] if sd in without["seeds"]]
     a = [with_memory["accuracy_per_seed"][with_memory["seeds"].index(sd)] for sd in common]
     b = [without["accuracy_per_seed"][without["seeds"].index(sd)] for sd in common]
-    return {"budget_model": with_memory["budget_model"], "seeds": common, "difference": paired_difference(a, b)}
+    return {"budget_model": with_memory["budget_model"], "seeds": common, "difference": {
+        **paired_difference(a, b), "test_id": f"{dataset}: early exit with - without memory at {with_memory['budget_model']}"}}
 
 
 def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> dict:
@@ -203,11 +194,12 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     seeds = {m: seeds_for(p, m) for m in models}
     sw = Sweeps(runs, profiles, dataset)
     out = {"dataset": dataset, "models": model_rows(sw, models, seeds)}
+    cfg = sw.run(rec, seeds[rec][0])["config"]["config"]
+    out["setting"] = tested_setting(runs, dataset, rec, seeds[rec], f"focus {cfg['focus_dim']}, cortex "
+                                    f"{cfg['cortex_dim']} x {cfg['cortex_depth']}", synthetic=p.scale in SYNTHETIC_SCALES)
     gflops = {m: out["models"][m]["gflops"][-1] for m in models}
     for key, model in (("matched_cost", rec), ("matched_cost_no_memory", nomem)):
-        rows = [matched_cost(sw, model, b, gflops[b], seeds) for b in s.budget_models]
-        holm_fill([r["difference"] for r in rows])
-        out[key] = rows
+        out[key] = [matched_cost(sw, model, b, gflops[b], seeds) for b in s.budget_models]
     out["reach_static"] = reach(sw, rec, s.target_model, gflops[s.target_model], seeds)
     out["reach_all_rounds"] = reach(sw, rec, None, gflops[rec], seeds)
     out["memory_ablation"] = memory_ablation(sw, rec, nomem, len(out["models"][rec]["tokens"]), seeds)
@@ -218,10 +210,8 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     span = shared_cost_range(runs, dataset, [(m, seeds[m]) for m in (rec, nomem)], {m: sw.costs(m) for m in models})
     out["early_exit_metrics"] = {m: early_exit_summary(runs, dataset, m, seeds[m], sw.costs(m), largest, span)
                                  for m in (rec, nomem)}
-    out["memory_early_exit"] = [memory_at_budget(a, b) for a, b in zip(out["matched_cost"],
+    out["memory_early_exit"] = [memory_at_budget(dataset, a, b) for a, b in zip(out["matched_cost"],
                                                                           out["matched_cost_no_memory"])]
-    holm_fill([r["difference"] for r in out["memory_early_exit"]])
-    out["claims"] = {"matched_cost": [verdict(b["difference"]) for b in out["matched_cost"]]}
     out["curves"] = {m: learning_curve(runs, dataset, m, seeds[m]) for m in models}
     out["budgets"] = {m: budget(runs, dataset, m, seeds[m]) for m in models}
     out["speed"] = {m: training_speed(runs, dataset, m, seeds[m]) for m in models}
@@ -250,8 +240,7 @@ def summary_metrics(agg: dict) -> dict:
         for b in d["matched_cost"]:
             acc = b["accuracy"]
             ee[f"at_{b['budget_model']}"] = {"top1": {"mean": acc["mean"], "ci95": acc["half_width"], "n": acc["n"]},
-                                             "diff": {"mean": b["difference"]["mean"],
-                                                      "p_holm": b["difference"]["p_holm"]}}
+                                             "diff": {"mean": b["difference"]["mean"]}}
         ee["saving_to_target"] = {"mean": d["reach_static"]["saving"]["mean"]}
         ee["saving_to_all_rounds"] = {"mean": d["reach_all_rounds"]["saving"]["mean"]}
     return out
