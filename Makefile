@@ -14,21 +14,21 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # dvc.lock, so only what the committed code produced), and new outputs are pushed after (PUSH=0: not).
 PUSH ?= 1
 repro: setup
-	$(PY) -m itervision.params
-	$(PY) -m itervision.lockfiles
-	-@$(PY) -m itervision.remote pull
+	$(PY) -m itervision.config.params
+	$(PY) -m itervision.pipeline.lockfiles
+	-@$(PY) -m itervision.pipeline.remote pull
 	dvc repro
 	@dvc status
-	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.remote push; fi
+	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
 # Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
 # cores / train.threads), or on a running Dask cluster (SCHEDULER=tcp://HOST:8786): docs/campaign.md.
 campaign: setup
-	$(PY) -m itervision.params
-	-@$(PY) -m itervision.remote pull
-	$(PY) -m itervision.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+	$(PY) -m itervision.config.params
+	-@$(PY) -m itervision.pipeline.remote pull
+	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 	@dvc status
-	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.remote push; fi
+	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
 test: setup
 	$(PY) -m pytest -q
@@ -90,4 +90,4 @@ gpu-benchmark:
 
 # The DVC files are generated from the studies registry and each stage's import closure.
 pipelines: $(STAMP)
-	$(PY) -m itervision.dvc_files
+	$(PY) -m itervision.pipeline.dvc_files

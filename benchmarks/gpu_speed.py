@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 
 from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses
-from itervision.matrix import model_spec, run_spec, study_models
+from itervision.config.matrix import model_spec, run_spec, study_models
 from itervision.models.registry import build_model
-from itervision.params import check_params
-from itervision.scales import render_scale
+from itervision.config.params import check_params
+from itervision.config.scales import render_scale
 
 PLAN_GPUS = 8  # the paper plan: torchrun --nproc_per_node=8
 MAIN = {"recursive": ("sa-mlp", "dsa-moe", "sa-moe", "encoder-only"),

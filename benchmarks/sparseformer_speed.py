@@ -10,10 +10,10 @@ import time
 import torch
 
 from itervision.evaluation.flops import count_flops, run_to_exit
-from itervision.matrix import model_spec
+from itervision.config.matrix import model_spec
 from itervision.models.registry import build_model
-from itervision.params import check_params
-from itervision.scales import render_scale
+from itervision.config.params import check_params
+from itervision.config.scales import render_scale
 
 
 def matmul_peak(n=2048, repeats=5):

@@ -23,10 +23,10 @@ import torch
 from itervision.data.loaders import describe_prepared, train_batches
 from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses, lr_schedule
 from itervision.layout import prepared_dir
-from itervision.matrix import model_datasets, model_spec, run_spec
+from itervision.config.matrix import model_datasets, model_spec, run_spec
 from itervision.models.registry import build_model
-from itervision.params import check_params, load_params
-from itervision.scales import render_scale
+from itervision.config.params import check_params, load_params
+from itervision.config.scales import render_scale
 
 
 def step_fn(model, train, num_classes, schedule=None):
@@ -194,7 +194,7 @@ def kernels(args):
 
 def op_counts(batch: int = 4):
     """Dispatcher-level ops of one training step at the paper configuration (the proxy for GPU kernels)."""
-    from itervision.evaluation.opcount import step_ops
+    from itervision.engine.opcount import step_ops
 
     p = check_params(render_scale("paper"))
     counts = {}

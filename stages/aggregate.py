@@ -12,7 +12,7 @@ import argparse
 from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import finite_or_none, write_json
 from itervision.layout import study_metrics
-from itervision.params import load_params
+from itervision.config.params import load_params
 from itervision.studies import STUDIES
 
 

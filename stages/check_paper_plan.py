@@ -1,5 +1,5 @@
 """Plan a scale before training (not a DVC stage; `make paper-plan`): structure, data sources, and the cost and
-memory of every planned run (itervision/plan.py says how each figure is made).
+memory of every planned run (itervision/planning/plan.py says how each figure is made).
 
     python stages/check_paper_plan.py                       # params.yaml as it is (after `make paper-scale`)
     python stages/check_paper_plan.py --scale paper         # a scale from configs/scales/, params.yaml untouched
@@ -14,10 +14,10 @@ the memory estimate.
 import argparse
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
-from itervision.params import check_params, load_params
-from itervision.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
+from itervision.config.params import check_params, load_params
+from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
                              plan_runs, published_check)
-from itervision.scales import render_scale
+from itervision.config.scales import render_scale
 
 
 @cli_entry

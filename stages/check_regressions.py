@@ -1,4 +1,4 @@
-"""Regression gate: fail when a mean top-1 accuracy fell by more than its seed intervals allow (itervision/gate.py
+"""Regression gate: fail when a mean top-1 accuracy fell by more than its seed intervals allow (itervision/pipeline/gate.py
 states the rule). Not a DVC stage: CI and `make check-metrics REV=main` run it.
 
     python stages/check_regressions.py main                  # the workspace against git revision `main`
@@ -13,10 +13,10 @@ import argparse
 import sys
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
-from itervision.gate import (check_scales, compare, compared, format_rows, scale_at, side_at, sides_from_diff,
+from itervision.pipeline.gate import (check_scales, compare, compared, format_rows, scale_at, side_at, sides_from_diff,
                              stale_stages, verdict_of, workspace_side)
 from itervision.io import read_json_file
-from itervision.params import load_params
+from itervision.config.params import load_params
 
 
 @cli_entry

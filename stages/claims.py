@@ -1,11 +1,11 @@
 """DVC stage: the claims ledger of both documents, metrics/claims.md and metrics/claims.csv (headline counts in
 metrics/claims.json; entries and each document's Holm family in metrics/ledger.json, which the report stages
 print from), from every study's aggregate.json, the paper configurations' costs and the reference CSVs
-(itervision/ledger.py and docs/ledger.md state the tests, the multiple-comparison rule and the verdicts)."""
+(itervision/reporting/ledger.py and docs/ledger.md state the tests, the multiple-comparison rule and the verdicts)."""
 from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import read_json_file
 from itervision.layout import LEDGER, reference_csv, study_metrics
-from itervision.ledger import assess, write
+from itervision.reporting.ledger import assess, write
 from itervision.reporting.tables import load_reference
 from itervision.studies import STUDIES
 

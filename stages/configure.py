@@ -15,8 +15,8 @@ from pathlib import Path
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import commit_dir, fresh_temp_dir, write_json
 from itervision.layout import RESOLVED_ROOT
-from itervision.matrix import resolved_configs
-from itervision.params import load_params
+from itervision.config.matrix import resolved_configs
+from itervision.config.params import load_params
 
 
 @cli_entry

@@ -12,7 +12,7 @@ from itervision.data.subset import subset_imagenet, subset_torchvision
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.layout import prepared_dir
 from itervision.names import name_arg
-from itervision.params import load_params
+from itervision.config.params import load_params
 
 
 @cli_entry

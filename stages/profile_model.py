@@ -13,7 +13,7 @@ from itervision.errors import ArgumentParser, cli_entry
 from itervision.evaluation.profile import profile_model
 from itervision.names import name_arg
 from itervision.runs import write_profile
-from itervision.specs import read_model_spec, read_profile_spec
+from itervision.config.specs import read_model_spec, read_profile_spec
 
 
 @cli_entry

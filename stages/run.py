@@ -18,7 +18,7 @@ from _common import run_parser
 from itervision.errors import UserError, cli_entry
 from itervision.layout import prepared_dir
 from itervision.runs import CONFIG, TRAIN_LOG, WEIGHTS, RunRecord
-from itervision.specs import read_model_spec, read_run_spec
+from itervision.config.specs import read_model_spec, read_run_spec
 # torch is imported only after the recipe's CPU pin is in the environment (main)
 
 

@@ -13,8 +13,8 @@ import yaml
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import write_text
-from itervision.params import check_params
-from itervision.scales import SCALES_DIR, render_scale
+from itervision.config.params import check_params
+from itervision.config.scales import SCALES_DIR, render_scale
 
 
 @cli_entry

@@ -11,7 +11,7 @@ import yaml
 
 from itervision.models.configs import RecursiveConfig, SparseFormerConfig
 from itervision.schema import parse
-from itervision.scales import render_scale
+from itervision.config.scales import render_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -61,8 +61,8 @@ def prepare(root: Path, **train) -> dict:
 
     from itervision.data.subset import subset_torchvision
     from itervision.io import write_json as _write
-    from itervision.matrix import resolved_configs
-    from itervision.params import load_params
+    from itervision.config.matrix import resolved_configs
+    from itervision.config.params import load_params
 
     raw = tiny_params(root, **train)
     cwd = os.getcwd()

@@ -1,6 +1,6 @@
 """The bad-input corpus: every input a user could get wrong ends in exit status 2 and one line that names the
 cause and the fix, with no traceback and no output that looks complete. Params problems are checked by the
-first stage (configure) and by `python -m itervision.params`, which `make repro` runs before DVC reads
+first stage (configure) and by `python -m itervision.config.params`, which `make repro` runs before DVC reads
 dvc.yaml; file problems at the stage that reads the file."""
 import os
 import pickle
@@ -85,7 +85,7 @@ def test_bad_params_value(tmp_path, key, value, expected):
     work = tmp_path / "a" / "b" / "c" / "d"
     work.mkdir(parents=True)
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    for cmd in (["-m", "itervision.params"], ["stages/configure.py"]):
+    for cmd in (["-m", "itervision.config.params"], ["stages/configure.py"]):
         assert_one_line(run(work, *cmd), expected)
     assert not (work / "configs").exists() and not (tmp_path / "escaped").exists()
 
@@ -95,7 +95,7 @@ def test_duplicate_params_keys_are_refused_as_dvc_refuses_them(tmp_path):
     than DVC does."""
     text = (ROOT / "params.yaml").read_text().replace("  epochs: 1\n", "  epochs: 1\n  epochs: 3\n", 1)
     (tmp_path / "params.yaml").write_text(text)
-    assert_one_line(run(tmp_path, "-m", "itervision.params"), "duplicate key 'epochs'")
+    assert_one_line(run(tmp_path, "-m", "itervision.config.params"), "duplicate key 'epochs'")
 
 
 def test_a_model_name_with_a_space_fails_at_the_check_not_at_a_stage(tmp_path):
@@ -339,11 +339,11 @@ def test_gate_input_errors_are_exit_2_never_1(tmp_path):
 
 
 def test_repro_entry_checks_params_before_dvc_reads_them(tmp_path):
-    """`make repro` runs `python -m itervision.params` first: seeds: 5 is our one line, not DVC's parse error."""
+    """`make repro` runs `python -m itervision.config.params` first: seeds: 5 is our one line, not DVC's parse error."""
     text = (ROOT / "Makefile").read_text()
     recipe = text.split("\nrepro:")[1].split("\n\n")[0]
-    assert recipe.index("itervision.params") < recipe.index("dvc repro")
+    assert recipe.index("itervision.config.params") < recipe.index("dvc repro")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["seeds"] = 5
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    assert_one_line(run(tmp_path, "-m", "itervision.params"), "'seeds' must be a non-empty list of integers")
+    assert_one_line(run(tmp_path, "-m", "itervision.config.params"), "'seeds' must be a non-empty list of integers")

@@ -22,7 +22,7 @@ ENV = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": 
 
 
 def campaign(repo, *args, timeout=900):
-    return subprocess.run([PY, "-m", "itervision.campaign", *args], cwd=repo, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "itervision.pipeline.campaign", *args], cwd=repo, capture_output=True, text=True,
                           timeout=timeout, env=ENV)
 
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from helpers import ROOT
-from itervision.gate import compare, sides_from_diff
+from itervision.pipeline.gate import compare, sides_from_diff
 
 PY = sys.executable
 
@@ -17,10 +17,10 @@ def run(*args, cwd=ROOT, env=None):
 
 
 def test_describe_paper_scale_reproduces_the_published_efficiency_figures():
-    r = run("-m", "itervision.describe", "--model", "sa-mlp", "--scale", "paper", "--json", "--no-fvcore")
+    r = run("-m", "itervision.planning.describe", "--model", "sa-mlp", "--scale", "paper", "--json", "--no-fvcore")
     assert r.returncode == 0, r.stderr
     sa = json.loads(r.stdout)
-    r = run("-m", "itervision.describe", "--model", "dsa-moe", "--scale", "paper", "--json")
+    r = run("-m", "itervision.planning.describe", "--model", "dsa-moe", "--scale", "paper", "--json")
     dsa = json.loads(r.stdout)
     assert sa["stored_params"] == pytest.approx(13.13e6, rel=0.01)
     assert dsa["active_params"] == pytest.approx(7.10e6, rel=0.01)
@@ -31,7 +31,7 @@ def test_describe_paper_scale_reproduces_the_published_efficiency_figures():
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["-m", "itervision.describe", "--model", "nope"], "unknown model 'nope'"),
+    (["-m", "itervision.planning.describe", "--model", "nope"], "unknown model 'nope'"),
     (["stages/make_subset.py", "--dataset", "imagenet999"], "is not under data.sources in params.yaml"),
     (["stages/run.py", "--study", "recursive", "--dataset", "fashion_mnist", "--model", "nope", "--seed", "0"],
      "configs/resolved/fashion_mnist/nope/model.json is missing; regenerate it with `dvc repro configure`"),
@@ -156,7 +156,7 @@ def test_paper_plan_uses_measured_rates_where_a_gpu_benchmark_has_them(tmp_path)
 
 def test_makespan_is_list_scheduling_of_whole_runs_on_gpu_groups():
     """Hand-computed: runs of 8 GPUs; on 16 GPUs two slots. Run wall hours = GPU-hours / 8."""
-    from itervision.plan import ModelPlan, makespan
+    from itervision.planning.plan import ModelPlan, makespan
 
     def plan(runs, gpu_hours_per_run):  # a measured rate that gives exactly these GPU-hours per run
         mp = ModelPlan("s", "m", "d", runs, 1, 3600, 1.0, 128, 8)

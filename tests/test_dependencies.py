@@ -1,6 +1,6 @@
 """The DVC files are generated, and every stage depends on exactly the code it runs.
 
-The generator (itervision/dvc_files.py) declares each stage's static import closure plus the modules it imports
+The generator (itervision/pipeline/dvc_files.py) declares each stage's static import closure plus the modules it imports
 by name (a study's parts, a run's own model family). These tests check the committed files against it, check the
 closure against what a stage really imports when it runs, and keep the layering (statistics and reporting never
 import model code).
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from helpers import ROOT, prepare
-from itervision.dvc_files import generated, stale_files
-from itervision.import_closure import closure
+from itervision.pipeline.dvc_files import generated, stale_files
+from itervision.pipeline.import_closure import closure
 
 PIPELINES = [ROOT / "dvc.yaml"] + sorted((ROOT / "pipelines").glob("*/dvc.yaml"))
 
@@ -35,7 +35,7 @@ def stage_items():
 
 
 def test_the_committed_dvc_files_are_the_generated_ones():
-    assert stale_files() == [], "run `make pipelines` (python -m itervision.dvc_files) and commit the result"
+    assert stale_files() == [], "run `make pipelines` (python -m itervision.pipeline.dvc_files) and commit the result"
 
 
 @pytest.mark.parametrize("name,script,deps", list(stage_items()), ids=[n for n, _, _ in stage_items()])
@@ -107,19 +107,26 @@ def test_run_stages_do_not_depend_on_the_params_checks():
         if name.split(":")[1].startswith(("run_", "profile_")):
             names.append(name)
             files = set(deps)
-            assert "src/itervision/params.py" not in files and not any("reporting" in f for f in files), name
+            assert "src/itervision/config/params.py" not in files and not any("reporting" in f for f in files), name
             assert not any("/studies/" in f for f in files), name
             assert any(d.startswith("configs/resolved/") for d in deps), name
     assert len(names) == 8 and all(n.startswith("pipelines/") for n in names)
 
 
-# which itervision packages each layer may import (its own included); stages may import anything
-LAYERS = {
-    "studies": {"studies", "stats", "evaluation.early_exit", "params", "matrix", "runs", "layout", "io", "errors",
-                "schema", "reporting", "names", "ledger"},
-    "reporting": {"reporting", "io", "errors"},
-    "stats": {"stats"},
-}
+# The architecture as layers, lowest first (docs/design.md#layout): a room may import its own modules and any room
+# of a lower layer, never one above (a back arrow). The one back arrow by design: config.params reads the studies
+# registry to check each study's params group.
+LAYERS = [
+    {"errors"}, {"names", "schema"}, {"io"}, {"layout"}, {"runs"},   # the shared core every run stage imports
+    {"stats", "models", "data"},
+    {"config", "reporting"},
+    {"evaluation"},
+    {"engine"},
+    {"studies"},
+    {"pipeline", "planning"},
+]
+RANK = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+ALLOWED_BACK_ARROWS = {("config", "studies")}
 
 
 def _top_imports(path: Path) -> set[str]:
@@ -132,13 +139,46 @@ def _top_imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_layers_import_only_what_sits_below_them(layer):
-    """studies and reporting never import torch or model code; statistics import nothing of ours."""
-    allowed = LAYERS[layer]
+def _room(path: Path) -> str:
+    rel = path.relative_to(ROOT / "src/itervision").parts
+    return rel[0].removesuffix(".py")
+
+
+def import_arrows() -> set[tuple[str, str]]:
+    """(importing room, imported room) over every module of the package."""
+    arrows = set()
+    for f in (ROOT / "src/itervision").rglob("*.py"):
+        for name in _top_imports(f):
+            if name.startswith("itervision."):
+                target = name.split(".")[1]
+                if target != _room(f) and _room(f) != "__init__":
+                    arrows.add((_room(f), target))
+    return arrows
+
+
+def test_every_room_has_a_layer_and_no_import_runs_back_up():
+    arrows = import_arrows()
+    rooms = {a for a, _ in arrows} | {b for _, b in arrows}
+    assert rooms <= set(RANK), sorted(rooms - set(RANK))  # a new package or top-level module needs a layer
+    assert back_arrows(arrows) == ALLOWED_BACK_ARROWS, sorted(back_arrows(arrows) - ALLOWED_BACK_ARROWS)
+
+
+def back_arrows(arrows) -> set:
+    return {(a, b) for a, b in arrows if RANK[b] >= RANK[a]}
+
+
+def test_the_layer_rule_flags_an_import_up_or_sideways():
+    assert back_arrows({("engine", "studies"), ("models", "data"), ("studies", "engine")}) == {
+        ("engine", "studies"), ("models", "data")}
+
+
+NO_TORCH = ("studies", "reporting", "stats", "config")
+
+
+@pytest.mark.parametrize("layer", NO_TORCH)
+def test_layers_without_torch(layer):
+    """studies, reporting, statistics and configuration never import torch or model code (params are checked and
+    tables rendered without it)."""
     for f in sorted((ROOT / "src/itervision" / layer).rglob("*.py")):
         for name in _top_imports(f):
             assert not name.startswith(("torch", "timm", "fvcore", "torchvision")), (f.name, name)
-            if name.startswith("itervision."):
-                mod = name[len("itervision."):]
-                assert any(mod == a or mod.startswith(a + ".") for a in allowed), (f.name, name)

@@ -15,7 +15,7 @@ from itervision.engine.train import curve_steps, train_run
 from itervision.evaluation.evaluate import evaluate_run
 from itervision.layout import prepared_dir
 from itervision.runs import RunRecord
-from itervision.specs import read_model_spec, read_run_spec
+from itervision.config.specs import read_model_spec, read_run_spec
 from itervision.studies.common import run_overhead, training_speed
 
 PY = sys.executable

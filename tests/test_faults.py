@@ -67,7 +67,7 @@ def test_a_comment_in_one_model_family_reruns_that_familys_stages_only(repo):
 def test_a_truncated_lock_file_is_restored_from_git_or_named(repo):
     """DVC writes dvc.lock in place: killed at that moment it is left empty or cut short, and every dvc command
     then fails naming no fix. The project's check restores a committed one and names an untracked one."""
-    from itervision.lockfiles import problem
+    from itervision.pipeline.lockfiles import problem
 
     lock = repo / "pipelines/recursive/dvc.lock"
     good = lock.read_text()
@@ -77,13 +77,13 @@ def test_a_truncated_lock_file_is_restored_from_git_or_named(repo):
     lock.write_text(good[:120])
     dvc = subprocess.run([str(BIN / "dvc"), "status"], cwd=repo, capture_output=True, text=True)
     assert dvc.returncode != 0 or "changed" in dvc.stdout  # DVC fails, or forgets what the lock recorded
-    r = run(repo, "-m", "itervision.lockfiles")
+    r = run(repo, "-m", "itervision.pipeline.lockfiles")
     assert r.returncode == 0 and "restored from git HEAD" in r.stderr, r.stderr
     assert lock.read_text() == good and changed_stages(repo) == []
     sh("git rm -q --cached pipelines/recursive/dvc.lock && git -c user.email=t@t -c user.name=t commit -qm untrack",
        repo)
     lock.write_text("")
-    one_line(run(repo, "-m", "itervision.lockfiles"), 2, "pipelines/recursive/dvc.lock is empty")
+    one_line(run(repo, "-m", "itervision.pipeline.lockfiles"), 2, "pipelines/recursive/dvc.lock is empty")
 
 
 def test_the_gate_compares_honestly_or_exits_2(repo, tmp_path):
@@ -118,13 +118,13 @@ def test_make_repro_says_what_the_remote_really_gave(repo, tmp_path):
     """Silent wrong message of the past: "pulled what the DVC remote holds" with no remote folder at all."""
     store = tmp_path / "store"
     sh(f"dvc remote add -f -d local {store}", repo)
-    r = run(repo, "-m", "itervision.remote", "pull")
+    r = run(repo, "-m", "itervision.pipeline.remote", "pull")
     assert f"no DVC remote folder at {store}" in r.stdout and "nothing pulled" in r.stdout
-    r = run(repo, "-m", "itervision.remote", "push")
+    r = run(repo, "-m", "itervision.pipeline.remote", "push")
     assert re.search(r"pushed \d+ files to DVC remote 'local'", r.stdout), r.stdout + r.stderr
     clone = tmp_path / "clone"
     sh(f"git clone -q {repo} {clone} && cd {clone} && dvc remote add -f -d local {store}", tmp_path)
-    r = run(clone, "-m", "itervision.remote", "pull")
+    r = run(clone, "-m", "itervision.pipeline.remote", "pull")
     assert re.search(r"pulled [1-9]\d* files from DVC remote 'local'", r.stdout), r.stdout + r.stderr
 
 

@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from helpers import ROOT
-from itervision.ledger import (CONTRADICTED, NOT_SHOWN, REPRODUCED, UNTESTABLE, accounting, assess, differenced,
+from itervision.reporting.ledger import (CONTRADICTED, NOT_SHOWN, REPRODUCED, UNTESTABLE, accounting, assess, differenced,
                                quantity, untestable)
 from itervision.stats import paired_difference
 

@@ -12,8 +12,8 @@ import yaml
 
 from helpers import ROOT
 from itervision.data.synthetic import cifar_dataset, imagenet_tree
-from itervision.params import check_params
-from itervision.scales import render_scale
+from itervision.config.params import check_params
+from itervision.config.scales import render_scale
 
 pytestmark = pytest.mark.slow
 PY = sys.executable

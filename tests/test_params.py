@@ -9,9 +9,9 @@ import yaml
 
 from helpers import ROOT
 from itervision.errors import UserError
-from itervision.params import check_params, load_params, model_config, train_config
-from itervision.matrix import resolved_configs
-from itervision.scales import render_scale
+from itervision.config.params import check_params, load_params, model_config, train_config
+from itervision.config.matrix import resolved_configs
+from itervision.config.scales import render_scale
 
 CPU = yaml.safe_load((ROOT / "configs/scales/cpu.yaml").read_text())
 

@@ -21,7 +21,7 @@ class ToyStudy(StudyParams):
     pass
 '''
 ANALYSIS = '''"""Top-1 over seeds of every main model."""
-from itervision.params import Params
+from itervision.config.params import Params
 from itervision.stats import mean_ci
 from itervision.studies.common import load_study, series, top1
 
@@ -79,7 +79,7 @@ def test_a_toy_third_study_is_a_folder_and_one_registry_entry(built_repo, tmp_pa
                              params.read_text(), count=1))
     (repo / "data/reference/toy.csv").write_text("dataset,row,quantity,value,source\n")
     env = {"PYTHONPATH": str(repo / "src")}  # the copy's code, not the installed one
-    sh("python -m itervision.dvc_files", repo, env=env)
+    sh("python -m itervision.pipeline.dvc_files", repo, env=env)
     assert (repo / "pipelines/toy/dvc.yaml").exists()
     out = sh("dvc repro report_toy", repo, env=env)
     ran = re.findall(r"Running stage '([^']+)'", out)

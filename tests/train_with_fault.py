@@ -12,7 +12,7 @@ from itervision.engine.train import train_run
 from itervision.errors import cli_entry
 from itervision.layout import prepared_dir
 from itervision.runs import RunRecord
-from itervision.specs import read_model_spec, read_run_spec
+from itervision.config.specs import read_model_spec, read_run_spec
 
 
 @cli_entry

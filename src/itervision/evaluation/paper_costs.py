@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from itervision.evaluation.costs import model_costs
 from itervision.evaluation.flops import count_flops
-from itervision.matrix import model_spec, study_models
+from itervision.config.matrix import model_spec, study_models
 from itervision.models.registry import build_model
-from itervision.params import check_params
-from itervision.scales import render_scale
+from itervision.config.params import check_params
+from itervision.config.scales import render_scale
 
 KEEP = ("stored_params", "active_params", "block_mac_ratio", "avg_sparsity", "gflops_per_exit")
 

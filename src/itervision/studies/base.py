@@ -3,7 +3,7 @@
 A study is one source document: a params group (its schema extends StudyParams), the model families its runs
 build, and a package `itervision.studies.NAME` with `analysis` (aggregate, summary_metrics, timing_metrics),
 `tables` (write_tables), `figures` (write_figures) and, optionally, `claims` (the document's claims for the
-ledger, itervision/ledger.py). The stages, the run matrix, the generated DVC files and
+ledger, itervision/reporting/ledger.py). The stages, the run matrix, the generated DVC files and
 the CLI choices all read the registry in studies/__init__.py; adding a study is a folder and one entry there.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from itervision.errors import UserError
-from itervision.matrix import expected_runs, study_models
-from itervision.params import Params
+from itervision.config.matrix import expected_runs, study_models
+from itervision.config.params import Params
 from itervision.runs import RunRecord, load_all, load_profile
 from itervision.stats import mean_ci
 

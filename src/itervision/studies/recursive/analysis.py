@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from itervision.matrix import seeds_for
-from itervision.params import Params, model_config
-from itervision.scales import SYNTHETIC_SCALES
+from itervision.config.matrix import seeds_for
+from itervision.config.params import Params, model_config
+from itervision.config.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
                                        run_overhead, series, shared_cost_range, tested_setting, top1, training_speed)
 from itervision.stats import mcnemar, mean_ci, paired_difference

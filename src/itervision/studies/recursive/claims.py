@@ -1,11 +1,11 @@
 """The quantitative claims of seed document 000, each tied to the data/reference/recursive.csv rows it states, the
 setting the document made it in, the setting tested here, the mechanisms it needs, and what this pipeline
-measured for it (metrics/recursive/aggregate.json, metrics/paper_costs.json). The ledger (itervision/ledger.py)
+measured for it (metrics/recursive/aggregate.json, metrics/paper_costs.json). The ledger (itervision/reporting/ledger.py)
 groups them by test, adjusts within the document and gives the verdicts; docs/ledger.md gives the reasons.
 """
 from __future__ import annotations
 
-from itervision.ledger import Claim, accounting, differenced, quantity, untestable
+from itervision.reporting.ledger import Claim, accounting, differenced, quantity, untestable
 from itervision.stats import one_sample
 
 DOC = "recursive"

@@ -65,7 +65,7 @@ def table2_efficiency(agg: dict, ref: dict, out_dir: Path) -> None:
                 ["Costs are analytic (fvcore agrees); speed is measured while training on this machine's CPU at this "
                  "scale, mean ± 95% CI over seeds, and varies with the machine's load.",
                  "The paper's figures are at d=512, 4 blocks, 16 steps on an RTX 3090. "
-                 "`python -m itervision.describe --model NAME --scale paper` gives 13.13M / 7.10M / 0.52 / 0.358 at "
+                 "`python -m itervision.planning.describe --model NAME --scale paper` gives 13.13M / 7.10M / 0.52 / 0.358 at "
                  "the paper configuration."])
 
 

@@ -13,11 +13,11 @@ import numpy as np
 
 from itervision.evaluation.early_exit import (DISPLAY_THRESHOLDS, apply_threshold, choose_for_budget,
                                               choose_for_target, exact_sweep, sweep)
-from itervision.matrix import seeds_for
-from itervision.params import Params
+from itervision.config.matrix import seeds_for
+from itervision.config.params import Params
 from itervision.stats import (cost_to_reach, expected_calibration_error, interpolate_log_cost, mean_band,
                               mean_ci, paired_difference, shared_log_grid)
-from itervision.scales import SYNTHETIC_SCALES
+from itervision.config.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
                                        run_overhead, shared_cost_range, tested_setting, top1, training_speed)
 

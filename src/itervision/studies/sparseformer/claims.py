@@ -1,12 +1,12 @@
 """The quantitative claims of seed document 003: every row of its two tables (data/reference/sparseformer.csv) and
 its prose claims, each tied to what this pipeline measured for it (metrics/sparseformer/aggregate.json on this
-scale's dataset, metrics/paper_costs.json at the paper configurations). The ledger (itervision/ledger.py) tests
+scale's dataset, metrics/paper_costs.json at the paper configurations). The ledger (itervision/reporting/ledger.py) tests
 them, adjusts within the document, and gives the verdicts."""
 from __future__ import annotations
 
 import re
 
-from itervision.ledger import Claim, accounting, differenced, quantity, untestable
+from itervision.reporting.ledger import Claim, accounting, differenced, quantity, untestable
 
 ABSOLUTE = "an absolute figure of the document's setting; compare the differences between models instead"
 DOC = "sparseformer"

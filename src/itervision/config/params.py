@@ -24,7 +24,7 @@ from itervision.errors import UserError
 from itervision.io import load_yaml
 from itervision.models.configs import FAMILY_CONFIGS
 from itervision.names import NAME_RULE, is_name
-from itervision.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
+from itervision.config.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
 from itervision.schema import as_dict, key, parse
 from itervision.studies import STUDIES
 
@@ -316,7 +316,7 @@ def train_config(p: Params, dataset: str | None = None, study: str | None = None
 
 
 def main(argv=None):
-    """`python -m itervision.params [PATH]`: check a params file, one line either way (make repro runs it first,
+    """`python -m itervision.config.params [PATH]`: check a params file, one line either way (make repro runs it first,
     so a malformed file is named before DVC reads it)."""
     import sys
 

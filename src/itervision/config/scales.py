@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from itervision.errors import UserError
-from itervision.params import deep_merge, read_yaml_mapping
+from itervision.config.params import deep_merge, read_yaml_mapping
 
 SCALES_DIR = Path("configs/scales")
 SYNTHETIC_SCALES = ("paper-smoke",)  # scales whose data are synthetic: the claims ledger gives them no verdict

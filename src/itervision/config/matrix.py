@@ -7,9 +7,9 @@ stages read exactly the runs listed here, never a glob, so stale outputs of a sh
 from __future__ import annotations
 
 from itervision.errors import UserError
-from itervision.params import Params, model_config, train_config
+from itervision.config.params import Params, model_config, train_config
 from itervision.runs import RunRecord
-from itervision.specs import ModelSpec, RunSpec
+from itervision.config.specs import ModelSpec, RunSpec
 
 
 def study_of(p: Params, model: str) -> str:

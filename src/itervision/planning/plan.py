@@ -28,8 +28,8 @@ from pathlib import Path
 
 from itervision.data.registry import DATASETS
 from itervision.errors import UserError
-from itervision.matrix import dataset_shape, expected_runs, model_spec, study_models
-from itervision.params import Params, model_config, train_config
+from itervision.config.matrix import dataset_shape, expected_runs, model_spec, study_models
+from itervision.config.params import Params, model_config, train_config
 
 # dense bf16 tensor throughput with fp32 accumulation, vendor figures (TFLOP/s), and memory (GB)
 GPUS = {"RTX 4090": (165.2, 24), "A100": (312.0, 80), "H100": (989.0, 80)}
@@ -300,8 +300,8 @@ def utilisation(plans: list[ModelPlan], fast: bool = False) -> float:
     elif match:
         gflops, images = match[0].gflops, match[0].train_images
     else:
-        from itervision.params import check_params
-        from itervision.scales import render_scale
+        from itervision.config.params import check_params
+        from itervision.config.scales import render_scale
 
         paper = check_params(render_scale("paper"))
         gflops = model_gflops(model_spec(paper, c["model"], c["dataset"]).config, {})

@@ -1,4 +1,4 @@
-"""Cost accounting of a named model: `python -m itervision.describe --model NAME [--scale SCALE] --json`.
+"""Cost accounting of a named model: `python -m itervision.planning.describe --model NAME [--scale SCALE] --json`.
 
 Prints stored/active parameters and per-exit cumulative cost: for the recursive classifier the analytic
 multiply-adds (with fvcore's count beside them), the block MAC ratio and the average sparsity formula; for
@@ -14,11 +14,11 @@ import sys
 from itervision.errors import ArgumentParser, cli_entry
 from itervision.evaluation.costs import model_costs
 from itervision.layout import reference_csv
-from itervision.matrix import model_datasets, model_spec
+from itervision.config.matrix import model_datasets, model_spec
 from itervision.models.registry import build_model
-from itervision.params import Params, check_params, load_params, model_config
+from itervision.config.params import Params, check_params, load_params, model_config
 from itervision.reporting.tables import load_reference
-from itervision.scales import render_scale
+from itervision.config.scales import render_scale
 
 
 def describe_model(p: Params, model: str, dataset: str | None = None, fvcore: bool = True) -> dict:
@@ -49,7 +49,7 @@ def published(report: dict) -> dict:
 
 @cli_entry
 def main(argv=None):
-    ap = ArgumentParser(prog="python -m itervision.describe", description=__doc__,
+    ap = ArgumentParser(prog="python -m itervision.planning.describe", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a name under `models`, e.g. dsa-moe or sf-recurrent")
     ap.add_argument("--scale", help="cpu, paper or tiny (configs/scales); default: params.yaml as it is")

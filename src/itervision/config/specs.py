@@ -15,7 +15,7 @@ from itervision.errors import UserError
 from itervision.io import read_json_file
 from itervision.layout import resolved_dir
 from itervision.models.registry import config_from_dict, family_of
-from itervision.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
+from itervision.config.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
 from itervision.schema import as_dict, parse
 
 REGENERATE = "regenerate it with `dvc repro configure`"

@@ -545,7 +545,7 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
           "Every quantitative claim of both documents, one entry per test (claims resting on one test are listed "
           "together), with the setting the claim was made in and the setting tested here. Verdict words carry their "
           "scope: at the proxy they say nothing about the document's own setting. Rules and reasons: docs/ledger.md "
-          "(and itervision/ledger.py). Estimates are mean ± 95 % t-interval (n seeds); p-values are Holm-adjusted "
+          "(and itervision/reporting/ledger.py). Estimates are mean ± 95 % t-interval (n seeds); p-values are Holm-adjusted "
           "once per document over every test its report prints; indicators are unadjusted and never decide a "
           "verdict. Seeds needed: 80 % power at the published effect, at the observed SD (and at the ends of its "
           "95 % interval).", ""]

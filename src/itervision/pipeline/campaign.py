@@ -1,11 +1,11 @@
 """The campaign: the stages DVC says are not up to date, independent ones in parallel on Dask workers, recorded by
-DVC exactly as `dvc repro` records them. `python -m itervision.campaign` (make campaign; docs/campaign.md).
+DVC exactly as `dvc repro` records them. `python -m itervision.pipeline.campaign` (make campaign; docs/campaign.md).
 
-    python -m itervision.campaign                       # local: as many workers as the cores allow
-    python -m itervision.campaign --workers 2           # local: 2 worker processes on this machine
-    python -m itervision.campaign --gpus-per-worker 8   # local: one worker per group of 8 GPUs (torchrun inside)
-    python -m itervision.campaign --scheduler tcp://HOST:8786   # any running Dask cluster (SLURM: dask-jobqueue)
-    python -m itervision.campaign TARGET ...            # only what the targets need, as `dvc repro TARGET`
+    python -m itervision.pipeline.campaign                       # local: as many workers as the cores allow
+    python -m itervision.pipeline.campaign --workers 2           # local: 2 worker processes on this machine
+    python -m itervision.pipeline.campaign --gpus-per-worker 8   # local: one worker per group of 8 GPUs (torchrun inside)
+    python -m itervision.pipeline.campaign --scheduler tcp://HOST:8786   # any running Dask cluster (SLURM: dask-jobqueue)
+    python -m itervision.pipeline.campaign TARGET ...            # only what the targets need, as `dvc repro TARGET`
 
 How: the coordinator (this process, the only one that touches DVC) walks DVC's stage graph (repo.index.graph).
 Once a stage's dependencies are settled it asks DVC whether the stage changed; if so it removes the stage's
@@ -231,7 +231,7 @@ def campaign(client, targets: list[str] = (), env: dict | None = None, log=print
     from dvc.repo import Repo
     from tqdm import tqdm
 
-    from itervision.lockfiles import repair
+    from itervision.pipeline.lockfiles import repair
 
     for line in repair():
         log(line)
@@ -276,7 +276,7 @@ def default_workers(gpus_per_worker: int) -> int:
 
 def recipe_threads() -> int:
     """The CPU threads a run of this params file uses (train.threads, the largest over the studies)."""
-    from itervision.params import load_params, train_config
+    from itervision.config.params import load_params, train_config
 
     p = load_params()
     return max(train_config(p, ds, s).threads for s in p.studies for ds in p.study(s).datasets)
@@ -284,7 +284,7 @@ def recipe_threads() -> int:
 
 @cli_entry
 def main(argv=None):
-    ap = ArgumentParser(prog="python -m itervision.campaign", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m itervision.pipeline.campaign", description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", help="stages to bring up to date, with what they need (default: all)")
     ap.add_argument("--workers", type=int, help="local Dask workers (default: cores / train.threads, or one per "
                                                 "GPU group)")

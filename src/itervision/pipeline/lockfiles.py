@@ -1,4 +1,4 @@
-"""Guard against a truncated dvc.lock before DVC reads it: `python -m itervision.lockfiles` (make repro and the
+"""Guard against a truncated dvc.lock before DVC reads it: `python -m itervision.pipeline.lockfiles` (make repro and the
 campaign run it first).
 
 DVC 3 rewrites a pipeline's dvc.lock in place after every stage (dvc/utils/serialize/_common.py: `open(path,

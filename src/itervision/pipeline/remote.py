@@ -1,5 +1,5 @@
 """The DVC remote around `make repro`: pull what it holds before, push what is new after, and say what really
-happened: `python -m itervision.remote pull|push`.
+happened: `python -m itervision.pipeline.remote pull|push`.
 
 `dvc pull` against a local remote folder that does not exist succeeds without a word, so "pulled" has to be
 read off the figures: the remote is located first (a missing local folder is named), then the counts DVC's API
@@ -65,7 +65,7 @@ def push() -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m itervision.remote", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m itervision.pipeline.remote", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("direction", choices=("pull", "push"))
     args = ap.parse_args(argv)

@@ -1,0 +1,1 @@
+"""Configuration: params.yaml checked and typed (params, run_configs, specs), scales, and the run matrix."""

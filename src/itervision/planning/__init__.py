@@ -1,0 +1,1 @@
+"""Planning: what a scale costs (describe) and the paper campaign's GPU-hours and makespan (plan)."""
