@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses
+from itervision.engine.recipe import SoftTargets, build_optimizer, step_loss
 from itervision.config.matrix import model_spec, run_spec, study_models
 from itervision.models.registry import build_model
 from itervision.config.params import check_params
@@ -92,7 +92,7 @@ class Bench:
                 torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast(self.device.type, dtype=torch.bfloat16):
                 out = forward(img)
-            loss = (weights * exit_losses(out["logits"], soft)).sum() + out["aux_loss"].float()
+            loss = step_loss(out, soft, weights)[0]
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), train.clip_grad)
             opt.step()
@@ -223,7 +223,7 @@ class Bench:
     def run(self):
         p = self.p
         pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
-        per_gpu = {(s, ds, m): run_spec(p, m, ds).train.per_process_batch(PLAN_GPUS) for s, ds, m in pairs}
+        per_gpu = {(s, ds, m): run_spec(p, m, ds).train.batching(PLAN_GPUS).per_process for s, ds, m in pairs}
         first = {s: p.study(s).datasets[0] for s in p.studies}
         main = [(s, first[s], m) for s in p.studies for m in MAIN[s] if (s, first[s], m) in per_gpu]
         jobs = []

@@ -21,7 +21,7 @@ import time
 import torch
 
 from itervision.data.loaders import describe_prepared, train_batches
-from itervision.engine.recipe import SoftTargets, build_optimizer, exit_losses, lr_schedule
+from itervision.engine.recipe import SoftTargets, build_optimizer, lr_schedule, step_loss
 from itervision.layout import prepared_dir
 from itervision.config.matrix import model_datasets, model_spec, run_spec
 from itervision.models.registry import build_model
@@ -43,7 +43,7 @@ def step_fn(model, train, num_classes, schedule=None):
             taken[0] += 1
         img, soft = targets(img, target)
         out = model(img)
-        loss = (weights * exit_losses(out["logits"], soft)).sum() + out["aux_loss"]
+        loss = step_loss(out, soft, weights)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train.clip_grad or 1e9)
@@ -82,7 +82,7 @@ def cpu_scale_run(p, name):
     spec, train = model_spec(p, name, ds), run_spec(p, name, ds).train
     torch.set_num_threads(train.threads)
     desc = describe_prepared(prepared_dir(ds))
-    batches = train_batches(prepared_dir(ds), spec.config.img_size, train, seed=0)
+    batches = train_batches(prepared_dir(ds), spec.config.img_size, train, train.batching(1), seed=0)
     torch.manual_seed(0)
     model = build_model(spec.config).train()
     return spec.config, train, desc, batches, model

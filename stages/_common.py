@@ -4,6 +4,7 @@ import argparse
 
 from itervision.errors import ArgumentParser
 from itervision.names import name_arg
+from itervision.runs import MAX_SEED
 
 
 def seed_arg(value: str) -> int:
@@ -11,8 +12,8 @@ def seed_arg(value: str) -> int:
         seed = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"seed {value!r} is not an integer") from None
-    if not 0 <= seed <= 2 ** 31 - 1:
-        raise argparse.ArgumentTypeError(f"seed {value} is outside [0, 2^31 - 1]")
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed {value} is outside [0, {MAX_SEED}]")
     return seed
 
 

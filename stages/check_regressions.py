@@ -13,8 +13,8 @@ import argparse
 import sys
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
-from itervision.pipeline.gate import (check_scales, compare, compared, format_rows, scale_at, side_at, sides_from_diff,
-                             stale_stages, verdict_of, workspace_side)
+from itervision.pipeline.gate import (check_scales, compare, compared, expected_keys, format_rows, require_keys,
+                                      scale_at, side_at, sides_from_diff, stale_stages, verdict_of, workspace_side)
 from itervision.io import read_json_file
 from itervision.config.params import load_params
 
@@ -27,7 +27,8 @@ def main(argv=None):
     ap.add_argument("--params-diff-json", help="with --diff-json: a saved `dvc params diff --all --json`")
     ap.add_argument("--params", default="params.yaml")
     args = ap.parse_args(argv)
-    min_drop = load_params(args.params).report.regression_min_drop
+    p = load_params(args.params)
+    min_drop = p.report.regression_min_drop
     if args.diff_json:
         fix = "save it with `dvc metrics diff REV --all --json > FILE`"
         old, new = sides_from_diff(read_json_file(args.diff_json, fix))
@@ -46,6 +47,9 @@ def main(argv=None):
         old, new = side_at(args.rev), workspace_side()
     else:
         raise UserError("give a git revision (e.g. main) or --diff-json FILE")
+    require_keys(new, expected_keys(p), "new")
+    if args.diff_json:  # a saved diff must hold the whole baseline too (a revision's metrics are read whole)
+        require_keys(old, expected_keys(p), "baseline")
     rows = compare(old, new, min_drop)
     status = verdict_of(rows)
     for line in format_rows(rows):

@@ -22,8 +22,9 @@ from itervision.config.specs import read_model_spec, read_run_spec
 # torch is imported only after the recipe's CPU pin is in the environment (main)
 
 
-def check_trained_with(record: RunRecord, spec, run, prepared) -> None:
-    """--evaluate-only: the weights must come from this very configuration, data and training code."""
+def check_trained_with(record: RunRecord, spec, run, prepared) -> str:
+    """--evaluate-only: the run must come from this very configuration, data and training code; returns its
+    fingerprint (which its weights must carry)."""
     from itervision.data.loaders import describe_prepared
     from itervision.engine.train import training_fingerprint
     from itervision.models.registry import model_class
@@ -38,6 +39,7 @@ def check_trained_with(record: RunRecord, spec, run, prepared) -> None:
                    if a != b] or ["prepared data or training code"]
         raise UserError(f"{record.dir} was trained with another {' and '.join(differs)} than configs/resolved and "
                         f"data/prepared hold now; retrain it (`dvc repro {record.stage}`) instead of --evaluate-only")
+    return now
 
 
 @cli_entry
@@ -48,33 +50,40 @@ def main(argv=None):
     record = RunRecord(args.study, args.dataset, args.model, args.seed)
     spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
     os.environ.update(run.train.cpu_pin_env())  # the recipe's pin wins over whatever the caller set
+    from itervision.engine.checkpoint import remove_checkpoints
     from itervision.engine.cpu import check_cpu_pin, cpu_record
-    from itervision.engine.distributed import cleanup
+    from itervision.engine.distributed import cleanup, launch_rank
     from itervision.engine.train import train_run
     from itervision.evaluation.evaluate import evaluate_run
-    from itervision.engine.checkpoint import remove_checkpoints
 
     check_cpu_pin(run.train.cpu_capability)
     prepared = prepared_dir(args.dataset)
-    main_rank = int(os.environ.get("RANK", "0")) == 0
+    main_rank = launch_rank()[0] == 0
     with record.lock() if main_rank else contextlib.nullcontext():
-        if args.evaluate_only:
-            check_trained_with(record, spec, run, prepared)
-            staged = record.start_staging(keep=(CONFIG, WEIGHTS, TRAIN_LOG))
-        else:
-            staged = record.start_staging() if main_rank else record
-            try:
-                log = train_run(record=staged, spec=spec, train=run.train, prepared=prepared,
-                                progress=not args.quiet)
-            finally:
-                cleanup()
-            if not main_rank:
-                return
-            staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed, "world_size": log["world_size"],
-                                 "data": {"fingerprint": log["data_fingerprint"]}, "fingerprint": log["fingerprint"],
-                                 "cpu": cpu_record()})
-        metrics = evaluate_run(staged, spec, run, prepared)  # metrics.json last: the run is complete
-        record.commit_staging()
+        staged = None
+        try:
+            if args.evaluate_only:
+                fingerprint = check_trained_with(record, spec, run, prepared)
+                staged = record.start_staging(keep=(CONFIG, WEIGHTS, TRAIN_LOG))
+            else:
+                staged = record.start_staging() if main_rank else record
+                try:
+                    log = train_run(record=staged, spec=spec, train=run.train, prepared=prepared,
+                                    progress=not args.quiet)
+                finally:
+                    cleanup()
+                if not main_rank:
+                    return
+                staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed,
+                                     "world_size": log["world_size"], "data": {"fingerprint": log["data_fingerprint"]},
+                                     "fingerprint": log["fingerprint"], "cpu": cpu_record()})
+                fingerprint = log["fingerprint"]
+            metrics = evaluate_run(staged, spec, run, prepared, fingerprint)  # metrics.json last: the run is complete
+            record.commit_staging()
+        except BaseException:
+            if staged is not None and staged.staging:
+                staged.discard()  # nothing half-written stays behind (a resume reads checkpoints only)
+            raise
         remove_checkpoints(record.checkpoint_dir)
     if not args.quiet:
         top1 = " ".join(f"{a:.3f}" for a in metrics["splits"]["test"]["top1_per_exit"])

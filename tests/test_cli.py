@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from helpers import ROOT
-from itervision.pipeline.gate import compare, sides_from_diff
+from itervision.pipeline.gate import CannotCompare, compare, sides_from_diff
 
 PY = sys.executable
 
@@ -62,23 +62,51 @@ def test_gate_flags_only_drops_the_intervals_call_real():
         "fashion_mnist.gone.top1.mean": {"old": 0.80},                         # a metric that disappeared
         "fashion_mnist.new-model.top1.mean": {"new": 0.5}},
         "metrics/recursive_timing.json": {"training.sa-mlp.top1.mean": {"old": 0.9, "new": 0.1}}}
+    with pytest.raises(CannotCompare, match="fashion_mnist.gone.top1.mean is in the baseline but missing here"):
+        compare(*sides_from_diff(diff), min_drop=0.005)  # a metric that disappeared: no partial comparison
+    del diff["metrics/recursive.json"]["fashion_mnist.gone.top1.mean"]
     rows = compare(*sides_from_diff(diff), min_drop=0.005)
     verdicts = {r["key"].split(".")[1]: r["verdict"] for r in rows}
-    assert verdicts == {"dsa-moe": "REGRESSION", "gone": "REGRESSION (missing)", "sa-mlp": "ok", "sa-moe": "ok",
-                        "new-model": "new"}
-    assert [r["verdict"].startswith("REGRESSION") for r in rows][:2] == [True, True]  # regressions first
+    assert verdicts == {"dsa-moe": "REGRESSION", "sa-mlp": "ok", "sa-moe": "ok", "new-model": "new"}
+    assert rows[0]["verdict"] == "REGRESSION"  # regressions first
     assert rows[0]["allowed"] == pytest.approx((0.01 ** 2 + 0.01 ** 2) ** 0.5)
 
 
+def whole_diff(change: dict | None = None) -> dict:
+    """A `dvc metrics diff --all --json` of every gated key params say exist, all equal, then `change` applied."""
+    from itervision.config.params import load_params
+    from itervision.pipeline.gate import expected_keys
+
+    diff = {f: {k: {"old": 0.8, "new": 0.8} for k in keys} for f, keys in expected_keys(load_params(
+        ROOT / "params.yaml")).items()}
+    for f, keys in (change or {}).items():
+        diff.setdefault(f, {}).update(keys)
+    return diff
+
+
+def test_gate_refuses_a_partial_comparison(tmp_path):
+    """A diff without one model's keys, or without a whole gated file, cannot pass (exit 2, naming it)."""
+    ok = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, whole_diff()))
+    assert ok.returncode == 0, ok.stderr
+    partial = whole_diff()
+    del partial["metrics/recursive.json"]["fashion_mnist.dsa-moe.top1.mean"]
+    r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, partial, "p.json"))
+    assert r.returncode == 2 and "lacks metrics/recursive.json:fashion_mnist.dsa-moe.top1.mean" in r.stderr
+    no_file = whole_diff()
+    del no_file["metrics/sparseformer.json"]
+    r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, no_file, "f.json"))
+    assert r.returncode == 2 and "has no metrics/sparseformer.json" in r.stderr
+
+
 def test_gate_exit_codes_and_output(tmp_path):
-    bad = {"metrics/recursive.json": {"a.top1.mean": {"old": 0.80, "new": 0.70},
-                                      "b.top1.mean": {"old": 0.80, "new": 0.80}}}
+    n = sum(len(v) for v in whole_diff().values())
+    bad = whole_diff({"metrics/recursive.json": {"fashion_mnist.dsa-moe.top1.mean": {"old": 0.80, "new": 0.70}}})
     r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, bad))
     assert r.returncode == 1 and r.stdout.splitlines()[0].startswith("REGRESSION")
-    assert "2 accuracy metrics compared" in r.stdout and "1 regressions" in r.stdout
-    same = {"metrics/recursive.json": {"a.top1.mean": {"old": 0.8, "new": 0.8}}}
+    assert f"{n} accuracy metrics compared" in r.stdout and "1 regressions" in r.stdout
+    same = whole_diff()
     r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, same))
-    assert r.returncode == 0 and "1 accuracy metrics compared" in r.stdout
+    assert r.returncode == 0 and f"{n} accuracy metrics compared" in r.stdout
     scales = diff_file(tmp_path, {"params.yaml": {"scale": {"old": "cpu", "new": "tiny"}}}, "params.json")
     r = run("stages/check_regressions.py", "--diff-json", diff_file(tmp_path, same), "--params-diff-json", scales)
     assert r.returncode == 2 and "different scales (cpu vs tiny)" in r.stderr

@@ -28,7 +28,7 @@ def run_py(cwd, *args, launcher=None, env=None):
 
 
 def weights(path):
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
 def same_weights(a, b):
@@ -39,7 +39,8 @@ def train_and_evaluate(model, seed, study):
     record = RunRecord(study, "fashion_mnist", model, seed)
     spec, run = read_model_spec("fashion_mnist", model), read_run_spec("fashion_mnist", model)
     log = train_run(record=record, spec=spec, train=run.train, prepared=prepared_dir("fashion_mnist"), progress=False)
-    return log, evaluate_run(record, spec, run, prepared_dir("fashion_mnist")), weights(record.path("weights.pt"))
+    return (log, evaluate_run(record, spec, run, prepared_dir("fashion_mnist"), log["fingerprint"]),
+            weights(record.path("weights.pt")))
 
 
 @pytest.fixture
@@ -225,13 +226,31 @@ def test_micro_batches_accumulate_to_the_same_step(repo):
         train = dataclasses.replace(read_run_spec("fashion_mnist", "sf-static-9").train, micro_batch=micro)
         record = RunRecord("sparseformer", "fashion_mnist", "sf-static-9", 0)
         s = set_up(record, spec, train, prepared_dir("fashion_mnist"))
-        assert s.accumulation == (1 if micro is None else 2)
+        assert (s.batching.accumulation, s.batching.micro) == ((1, 8) if micro is None else (2, 4))
         _, img, target = next(iter(s.batches.epoch(0)))
         logged = train_step(s, img, target, 0, 0, 0)
         params[micro] = ([p.grad.clone() for p in s.model.parameters()], logged)
     for a, b in zip(params[None][0], params[4][0]):  # the accumulated gradient the optimiser stepped with
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(params[None][1], params[4][1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_recipe_reaches_the_engine_parsed_once(repo, monkeypatch):
+    """The engine takes the typed recipe (never a raw dict) and derives the per-process batch once per run."""
+    import dataclasses
+
+    from itervision.config.run_configs import TrainConfig
+    from itervision.engine.train import set_up
+
+    calls = []
+    original = TrainConfig.batching
+    monkeypatch.setattr(TrainConfig, "batching", lambda self, world: calls.append(world) or original(self, world))
+    spec, run = read_model_spec("fashion_mnist", "sa-mlp"), read_run_spec("fashion_mnist", "sa-mlp")
+    s = set_up(RunRecord("recursive", "fashion_mnist", "sa-mlp", 0), spec, run.train, prepared_dir("fashion_mnist"))
+    assert calls == [1] and isinstance(s.train, TrainConfig) and s.batching.per_process == run.train.global_batch
+    with pytest.raises(AttributeError):  # a raw dict is refused where the typed recipe is expected
+        set_up(RunRecord("recursive", "fashion_mnist", "sa-mlp", 0), spec, dataclasses.asdict(run.train),
+               prepared_dir("fashion_mnist"))
 
 
 def test_encoder_only_baseline_trains_and_evaluates(repo):
@@ -258,8 +277,8 @@ def test_batches_are_a_pure_function_of_seed_epoch_and_batch(repo):
 
     train = dataclasses.replace(read_run_spec("fashion_mnist", "sa-mlp").train, crop_scale=[0.5, 1.0], crop_pad=2,
                                 hflip=0.5, random_erasing=0.5)
-    first = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)
-    second = train_batches(prepared_dir("fashion_mnist"), 16, train, seed=5)  # another variant, same seed
+    first = train_batches(prepared_dir("fashion_mnist"), 16, train, train.batching(1), seed=5)
+    second = train_batches(prepared_dir("fashion_mnist"), 16, train, train.batching(1), seed=5)  # another variant, same seed
     torch.manual_seed(99)
     a = list(first.epoch(1))
     torch.rand(10_000)  # the model's randomness consumes the global generator in between
@@ -269,5 +288,5 @@ def test_batches_are_a_pure_function_of_seed_epoch_and_batch(repo):
     resumed = list(second.epoch(1, start=7))  # a resumed run starts at a batch and sees the same images
     assert resumed[0][0] == 7 and torch.equal(resumed[0][1], a[7][1])
     other_epoch, other_seed = next(iter(first.epoch(2))), next(iter(train_batches(
-        prepared_dir("fashion_mnist"), 16, train, seed=6).epoch(1)))
+        prepared_dir("fashion_mnist"), 16, train, train.batching(1), seed=6).epoch(1)))
     assert not torch.equal(other_epoch[1], a[0][1]) and not torch.equal(other_seed[1], a[0][1])

@@ -35,6 +35,7 @@ from itervision.io import atomic_path, commit_dir, read_json_file, save_torch, w
 from itervision.layout import checkpoint_dir, model_dir
 from itervision.names import profile_stage_name, run_stage_name
 
+MAX_SEED = 2 ** 31 - 1  # numpy's and torch's seeding take any seed below this on every platform
 CONFIG, WEIGHTS, TRAIN_LOG, PREDICTIONS, METRICS, PROFILE = (
     "config.json", "weights.pt", "train_log.json", "predictions.npz", "metrics.json", "profile.json")
 
@@ -108,6 +109,11 @@ class RunRecord:
             shutil.copy2(self.path(name), staged.path(name))
         return staged
 
+    def discard(self) -> None:
+        """Remove a staging folder (a failed or interrupted run's partial outputs)."""
+        if self.staging:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
     def commit_staging(self) -> None:
         """Put the staging folder in place of the run folder (one rename; metrics.json must be there)."""
         staged = dataclasses.replace(self, staging=True)
@@ -118,8 +124,9 @@ class RunRecord:
     def write_config(self, config: dict) -> None:
         write_json(self.path(CONFIG), config)
 
-    def write_weights(self, state_dict) -> None:
-        save_torch(self.path(WEIGHTS), state_dict)
+    def write_weights(self, state_dict, fingerprint: str) -> None:
+        """The final weights, tagged with the run fingerprint they were trained under (config.json's)."""
+        save_torch(self.path(WEIGHTS), {"fingerprint": fingerprint, "model": state_dict})
 
     def write_train_log(self, log: dict) -> None:
         write_json(self.path(TRAIN_LOG), log)
@@ -144,8 +151,13 @@ class RunRecord:
     def metrics(self) -> dict:
         m = read_json_file(self.path(METRICS), self.regenerate_hint, required=("splits",))
         for split in ("calib", "test"):
-            if "top1_per_exit" not in (m["splits"].get(split) or {}):
+            top1 = (m["splits"].get(split) or {}).get("top1_per_exit")
+            if not isinstance(top1, list) or not top1:
                 raise UserError(f"{self.path(METRICS)} lacks splits.{split}.top1_per_exit; {self.regenerate_hint}")
+            bad = [v for v in top1 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1]
+            if bad:  # NaN fails the comparison too
+                raise UserError(f"{self.dir}: {split} top-1 {bad[0]!r} is not an accuracy in [0, 1]; "
+                                f"{self.regenerate_hint}")
         return m
 
     def predictions(self) -> dict:
@@ -168,7 +180,8 @@ class RunRecord:
             d["correct"] = d["pred"] == d["label"][:, None]
         return out
 
-    def weights(self) -> dict:
+    def weights(self, fingerprint: str) -> dict:
+        """The state dict of weights.pt, refused unless it was trained under `fingerprint` (this run's)."""
         import torch
 
         path = self.path(WEIGHTS)
@@ -180,9 +193,12 @@ class RunRecord:
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # truncated, foreign or unsafe file: all mean "retrain"
             raise UserError(f"weights {path} are unreadable ({type(err).__name__}); {self.regenerate_hint}") from None
-        if not isinstance(state, dict):
-            raise UserError(f"weights {path} hold a {type(state).__name__}, not a state dict; {self.regenerate_hint}")
-        return state
+        if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or "fingerprint" not in state:
+            raise UserError(f"weights {path} are not a run's tagged weights; {self.regenerate_hint}")
+        if state["fingerprint"] != fingerprint:
+            raise UserError(f"weights {path} were trained for another run (fingerprint {state['fingerprint']}, this "
+                            f"run's {fingerprint}); {self.regenerate_hint}")
+        return state["model"]
 
 
 def profile_path(study: str, dataset: str, model: str) -> Path:

@@ -25,11 +25,11 @@ from itervision.io import load_yaml
 from itervision.models.configs import FAMILY_CONFIGS
 from itervision.names import NAME_RULE, is_name
 from itervision.config.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
+from itervision.runs import MAX_SEED  # the one seed bound, beside the run records
 from itervision.schema import as_dict, key, parse
 from itervision.studies import STUDIES
 
 DEFAULT_PARAMS = "params.yaml"
-MAX_SEED = 2 ** 31 - 1      # numpy's and torch's seeding take any seed below this on every platform
 MAX_SEEDS = 64              # per list: each seed is a DVC stage per model, and DVC slows with the stage count
 MAX_RUNS = 2000             # training runs of one params file (the paper campaign has 185)
 
@@ -194,6 +194,23 @@ def _check_datasets(p: Params) -> None:
                             f"add one (how to subset it)")
 
 
+def _check_every_model_entry(p: Params, models: dict, archs: dict) -> None:
+    """Every entry of `models`, listed by a study or not, names an architecture and resolves: `dvc exp run -S
+    '+models.dsa-mo.topk=2'` (a typo) would otherwise add an entry nothing reads and change nothing."""
+    import difflib
+
+    for m, entry in models.items():
+        arch = entry.get("arch") if isinstance(entry, dict) else None
+        if arch not in archs:
+            near = difflib.get_close_matches(m, [k for k in models if k != m and isinstance(models[k], dict)
+                                                 and models[k].get("arch") in archs], n=1)
+            hint = (f"a typo of '{near[0]}'? change it with `-S models.{near[0]}.KEY=VALUE`" if near
+                    else f"give it `arch:` ({', '.join(sorted(archs))})")
+            raise UserError(f"models.{m} names no architecture (arch: {arch!r}); {hint}")
+        if p.datasets:
+            model_config(p, m, next(iter(p.datasets)))
+
+
 def _check_models(p: Params) -> None:
     models = p.raw["models"]
     if not isinstance(models, dict) or not models:
@@ -206,6 +223,7 @@ def _check_models(p: Params) -> None:
         raise UserError("params group 'architectures' must be a mapping of architecture names to their keys")
     for ds in p.train.by_dataset:
         parse(TrainConfig, p.train.by_dataset[ds], f"train.by_dataset.{ds}", partial=True)
+    _check_every_model_entry(p, models, archs)
     seen, runs = {}, 0
     for study, s in p.studies.items():
         parse(TrainConfig, s.train, f"{study}.train", partial=True)

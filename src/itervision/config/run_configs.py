@@ -29,6 +29,15 @@ def _randaugment_ok(s: str) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Batching:
+    """One process's share of an optimiser step (TrainConfig.batching)."""
+    world: int
+    per_process: int     # global_batch / world
+    accumulation: int    # micro-batches per optimiser step
+    micro: int           # images per micro-batch
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """The recipe of stage run, shared by every model of a study on a dataset.
 
@@ -78,8 +87,10 @@ class TrainConfig:
         if self.micro_batch is not None and self.micro_batch > self.global_batch:
             raise ValueError(f"micro_batch {self.micro_batch} exceeds global_batch {self.global_batch}")
 
-    def per_process_batch(self, world: int) -> int:
-        """global_batch / world; a global batch the world does not divide is a one-line error."""
+    def batching(self, world: int) -> Batching:
+        """How each of `world` processes takes its share of a step, derived once per run (the engine, the loaders,
+        the plan and the run's log all read this object): global_batch / world images a process, split into
+        micro-batches of at most micro_batch. A world that does not divide the batch is a one-line error."""
         from itervision.errors import UserError
 
         if self.global_batch % world:
@@ -89,20 +100,11 @@ class TrainConfig:
         if (self.mixup > 0 or self.cutmix > 0) and per % 2:
             raise UserError(f"train.global_batch {self.global_batch} over {world} processes gives {per} images a "
                             f"process, which mixup/CutMix cannot pair; make it even")
-        return per
-
-    def accumulation(self, world: int) -> tuple[int, int]:
-        """(micro-batches per optimiser step, images per micro-batch) of one process."""
-        from itervision.errors import UserError
-
-        per = self.per_process_batch(world)
-        micro = self.micro_batch or per
-        if micro >= per:
-            return 1, per
+        micro = min(self.micro_batch or per, per)
         if per % micro:
             raise UserError(f"train.micro_batch {micro} does not divide the {per} images a process takes per step "
                             f"(global_batch {self.global_batch} over {world} processes); pick a divisor")
-        return per // micro, micro
+        return Batching(world=world, per_process=per, accumulation=per // micro, micro=micro)
 
     def cpu_pin_env(self) -> dict:
         """The environment that pins the CPU kernels to `cpu_capability` (set before torch is imported)."""

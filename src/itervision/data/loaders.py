@@ -225,12 +225,13 @@ def timm_transform(train: bool, img_size: int, desc: dict, recipe=None, interpol
                             re_mode="pixel", re_count=1)
 
 
-def train_batches(prepared: str | Path, img_size: int, train, *, seed: int, rank: int = 0, world: int = 1,
+def train_batches(prepared: str | Path, img_size: int, train, batching, *, seed: int, rank: int = 0,
                   pin_memory: bool = False):
-    """A run's training batches: each process's share of the global batch (train: run_configs.TrainConfig)."""
+    """A run's training batches: each process's share of the global batch (train: run_configs.TrainConfig,
+    batching: its Batching for this run's world size)."""
     prepared = Path(prepared)
     desc = describe_prepared(prepared)
-    common = dict(batch_size=train.per_process_batch(world), seed=seed, rank=rank, world=world,
+    common = dict(batch_size=batching.per_process, seed=seed, rank=rank, world=batching.world,
                   repeats=train.repeated_aug, max_steps=train.steps_per_epoch)
     if desc["kind"] == "arrays":
         images, labels = load_arrays(prepared, "train")

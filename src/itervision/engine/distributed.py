@@ -7,10 +7,15 @@ import torch
 import torch.distributed as dist
 
 
+def launch_rank() -> tuple[int, int]:
+    """(rank, world size) as the launcher set them (torchrun's RANK and WORLD_SIZE; 0, 1 without one): the one
+    place they are read."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def init_distributed() -> tuple[int, int, torch.device]:
     """(rank, world_size, device). Initialises the process group when launched by torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    rank, world = launch_rank()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
         device = torch.device("cuda", local)

@@ -15,7 +15,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from itervision.engine.recipe import exit_losses
+from itervision.engine.recipe import step_loss
 
 
 class OpCounter(TorchDispatchMode):
@@ -33,7 +33,7 @@ def training_step(model, img: torch.Tensor, num_classes: int) -> None:
     out = model(img)
     soft = torch.full((img.shape[0], num_classes), 1.0 / num_classes)
     weights = torch.tensor(model.exit_loss_weights())
-    ((weights * exit_losses(out["logits"], soft)).sum() + out["aux_loss"]).backward()
+    step_loss(out, soft, weights)[0].backward()
 
 
 def step_ops(model, batch: int) -> Counter:

@@ -50,6 +50,15 @@ def exit_losses(logits: list, soft: torch.Tensor) -> torch.Tensor:
     return torch.stack([soft_target_ce(lg, soft) for lg in logits])
 
 
+def step_loss(out: dict, soft: torch.Tensor, exit_weights: torch.Tensor):
+    """The training loss of one forward pass: the exits' soft-target cross-entropies weighted by the model's
+    exit_loss_weights, plus the model's auxiliary loss. Returns (loss, loss per exit, aux) on the device. The one
+    definition the engine, the op count and the benchmarks share."""
+    losses = exit_losses(out["logits"], soft)
+    aux = out["aux_loss"].float()
+    return (exit_weights * losses).sum() + aux, losses, aux
+
+
 class SoftTargets:
     """Labels -> soft targets: timm's Mixup/CutMix (with label smoothing) when the recipe mixes, else smoothed
     one-hot labels. Mixing draws from NumPy's global generator, which the caller seeds per batch."""

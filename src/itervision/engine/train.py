@@ -38,7 +38,7 @@ from tqdm import tqdm
 from itervision.data.loaders import batch_seed, describe_prepared, eval_batches, global_seed, train_batches
 from itervision.engine.checkpoint import code_fingerprint, load_checkpoint, run_fingerprint, save_checkpoint
 from itervision.engine.distributed import all_gather_objects, all_reduce_mean, init_distributed, is_main
-from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, exit_losses, lr_schedule
+from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, lr_schedule, step_loss
 from itervision.errors import UserError
 from itervision.evaluation.predict import predict_exits, top1_per_exit
 from itervision.models.registry import build_model
@@ -122,7 +122,7 @@ class Setup:
     steps_per_epoch: int
     total: int
     lr: object               # step -> lr
-    accumulation: int        # micro-batches per step
+    batching: object         # run_configs.Batching: this process's share of a step, derived once
     optimizer: torch.optim.Optimizer
     targets: SoftTargets
     ema: object
@@ -155,7 +155,7 @@ def set_up(record: RunRecord, spec, train, prepared: str | Path) -> Setup:
     if len(desc["classes"]) != spec.num_classes or desc["channels"] != spec.in_chans:
         raise UserError(f"{prepared} has {len(desc['classes'])} classes and {desc['channels']} channels, the resolved "
                         f"config {spec.num_classes} and {spec.in_chans}; rerun `dvc repro`")
-    accumulation, _ = train.accumulation(world)
+    batching = train.batching(world)
 
     seed_everything(record.seed)
     model = build_model(spec.config).to(device)
@@ -163,17 +163,17 @@ def set_up(record: RunRecord, spec, train, prepared: str | Path) -> Setup:
     if world > 1:
         step_model = torch.nn.parallel.DistributedDataParallel(step_model, device_ids=[device.index]
                                                                if device.index is not None else None)
-    batches = train_batches(prepared, spec.config.img_size, train, seed=record.seed, rank=rank, world=world,
+    batches = train_batches(prepared, spec.config.img_size, train, batching, seed=record.seed, rank=rank,
                             pin_memory=device.type == "cuda")
     if len(batches) == 0:
         raise UserError(f"the train split of {prepared} has fewer images than one batch of "
-                        f"{train.per_process_batch(world)} per process; lower train.global_batch")
+                        f"{batching.per_process} per process; lower train.global_batch")
     total, lr = lr_schedule(train, len(batches))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.amp)
     fingerprint = training_fingerprint(spec, train, desc["fingerprint"], record.seed, world)
     return Setup(record=record, train=train, img_size=spec.config.img_size, prepared=prepared, rank=rank,
                  world=world, device=device, model=model, step_model=step_model, batches=batches,
-                 steps_per_epoch=len(batches), total=total, lr=lr, accumulation=accumulation,
+                 steps_per_epoch=len(batches), total=total, lr=lr, batching=batching,
                  optimizer=build_optimizer(model, train), targets=SoftTargets(train, spec.num_classes),
                  ema=build_ema(model, train.ema_decay) if train.ema else None, amp_dtype=amp_dtype,
                  scaler=torch.amp.GradScaler(device.type, enabled=train.amp == "fp16" and device.type == "cuda"),
@@ -208,21 +208,20 @@ def train_step(s: Setup, img, target, step: int, epoch: int, batch: int, step_ho
         img, soft = s.targets(img, target)
     s.optimizer.zero_grad(set_to_none=True)
     logged = 0
-    for i, (x, y) in enumerate(zip(img.chunk(s.accumulation), soft.chunk(s.accumulation))):
-        last = i == s.accumulation - 1
+    accumulation = s.batching.accumulation
+    for i, (x, y) in enumerate(zip(img.chunk(accumulation), soft.chunk(accumulation))):
+        last = i == accumulation - 1
         no_sync = s.step_model.no_sync if hasattr(s.step_model, "no_sync") and not last else contextlib.nullcontext
         with no_sync():
             if s.train.compile == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast(s.device.type, dtype=s.amp_dtype or torch.float32, enabled=s.amp_dtype is not None):
                 out = s.step_model(x)
-            losses = exit_losses(out["logits"], y)
-            aux = out["aux_loss"].float()
-            loss = (s.exit_weights * losses).sum() + aux
+            loss, losses, aux = step_loss(out, y, s.exit_weights)
             if step_hook is not None:
                 loss = step_hook(step, loss)
-            s.scaler.scale(loss / s.accumulation).backward()
-        logged = logged + torch.cat([loss.detach()[None], losses.detach(), aux.detach()[None]]) / s.accumulation
+            s.scaler.scale(loss / accumulation).backward()
+        logged = logged + torch.cat([loss.detach()[None], losses.detach(), aux.detach()[None]]) / accumulation
     if s.train.clip_grad:
         s.scaler.unscale_(s.optimizer)
         torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.train.clip_grad)
@@ -323,23 +322,27 @@ def epoch_row(s: Setup, totals: dict, epoch: int) -> dict:
     return row
 
 
+IDENTITY = ("model", "seed", "world_size", "fingerprint", "data_fingerprint")  # config.json's, not the log's
+
+
 def summarise(s: Setup, state: TrainState, startup: float | None) -> dict:
-    """Rank 0 writes the final weights (EMA when the recipe has it) and the training log; returns the log."""
+    """Rank 0 writes the final weights (EMA when the recipe has it, tagged with the run's fingerprint) and the
+    training log; returns the log with the run's identity (IDENTITY), which config.json stores."""
     summary = {}
     if is_main():
         timed = state.log[1:] or state.log  # the first epoch includes warm-up effects
         summary = {
             "model": s.record.model, "seed": s.record.seed, "world_size": s.world, "fingerprint": s.fingerprint,
             "data_fingerprint": s.data["fingerprint"], "epochs": s.train.epochs, "steps_per_epoch": s.steps_per_epoch,
-            "global_batch": s.train.global_batch, "per_process_batch": s.train.per_process_batch(s.world),
-            "accumulation": s.accumulation, "images_seen": s.total * s.train.global_batch,
+            "global_batch": s.train.global_batch, "per_process_batch": s.batching.per_process,
+            "accumulation": s.batching.accumulation, "images_seen": s.total * s.train.global_batch,
             "train_images": s.data["counts"].get("train"), "seconds": sum(r["seconds"] for r in state.log),
             "seconds_per_epoch": float(np.mean([r["seconds"] for r in timed])),
             "images_per_s": float(np.mean([r["images_per_s"] for r in timed])),
             "startup_seconds": startup, "final_loss": state.log[-1]["loss"], "log": state.log, "curve": state.curve,
         }
-        s.record.write_weights((s.ema.module if s.ema is not None else s.model).state_dict())
-        s.record.write_train_log(summary)
+        s.record.write_weights((s.ema.module if s.ema is not None else s.model).state_dict(), s.fingerprint)
+        s.record.write_train_log({k: v for k, v in summary.items() if k not in IDENTITY})
     if s.world > 1:
         torch.distributed.barrier()
     return summary

@@ -25,13 +25,17 @@ def build_for_dataset(spec, prepared: Path):
     return build_model(spec.config)
 
 
-def evaluate_run(record: RunRecord, spec, run, prepared: str | Path) -> dict:
+def evaluate_run(record: RunRecord, spec, run, prepared: str | Path, fingerprint: str) -> dict:
     """spec: specs.ModelSpec, run: specs.RunSpec; the weights are read from and the outputs written to `record`'s
-    folder."""
+    folder, and must have been trained under `fingerprint` (the run's: foreign weights are refused)."""
     t0 = time.perf_counter()
     prepared = Path(prepared)
     model = build_for_dataset(spec, prepared)
-    model.load_state_dict(record.weights())
+    try:
+        model.load_state_dict(record.weights(fingerprint))
+    except RuntimeError as err:  # shapes or keys of another model
+        raise UserError(f"weights in {record.dir} do not fit {spec.model} ({str(err).splitlines()[0]}); "
+                        f"{record.regenerate_hint}") from None
     model.to(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")).eval()
     size, ev, interpolation = spec.config.img_size, run.evaluate, run.train.interpolation
     per_split = {s: predict_exits(model, eval_batches(prepared, s, size, ev.batch_size, interpolation=interpolation,

@@ -90,10 +90,11 @@ def compare(old: dict, new: dict, min_drop: float) -> list[dict]:
                 raise CannotCompare(f"{where_new} is null (NaN when it was written); fix the runs, then `dvc repro`")
             allowed = max(min_drop, math.hypot(_interval(o.get(base + CI), where_old.replace(MEAN, CI)),
                                                _interval(n.get(base + CI), where_new.replace(MEAN, CI))))
+            if old_v is not None and new_v is None:
+                raise CannotCompare(f"{file}:{key} is in the baseline but missing here: the comparison would be partial"
+                                    f"; regenerate the metrics (`dvc repro`) or save the whole diff (`--all`)")
             if old_v is None:
                 verdict = "new"
-            elif new_v is None:
-                verdict = "REGRESSION (missing)"
             elif allowed >= 1:  # the intervals allow any drop of an accuracy: this key compares nothing
                 verdict = "uninformative"
             elif old_v - new_v > allowed:
@@ -102,6 +103,28 @@ def compare(old: dict, new: dict, min_drop: float) -> list[dict]:
                 verdict = "ok"
             rows.append({"file": file, "key": key, "old": old_v, "new": new_v, "allowed": allowed, "verdict": verdict})
     return sorted(rows, key=lambda r: (not r["verdict"].startswith("REGRESSION"), r["file"], r["key"]))
+
+
+def expected_keys(p) -> dict:
+    """{gated file: [mean top-1 keys]} that params say exist: every main model of every study on each of its
+    datasets (config.params.Params)."""
+    from itervision.layout import study_metrics
+
+    return {str(study_metrics(name)["summary"]): [f"{ds}.{m}.{MEAN}" for ds in s.datasets for m in s.main]
+            for name, s in p.studies.items()}
+
+
+def require_keys(side: dict, expected: dict, which: str) -> None:
+    """Every expected key on one side, else exit 2 naming the first missing one (a partial diff or metrics file
+    must not pass as a comparison)."""
+    for file, keys in expected.items():
+        if not side.get(file):
+            raise CannotCompare(f"the {which} side has no {file}: the comparison would leave out a whole study; save "
+                                f"the whole diff (`dvc metrics diff REV --all --json`) or regenerate the metrics")
+        missing = [k for k in keys if k not in side[file]]
+        if missing:
+            raise CannotCompare(f"the {which} side lacks {file}:{missing[0]} ({len(missing)} gated keys missing); "
+                                f"save the whole diff (`--all`) or regenerate the metrics")
 
 
 def sides_from_diff(diff) -> tuple[dict, dict]:

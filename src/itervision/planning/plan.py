@@ -256,7 +256,7 @@ def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | 
         runs = expected_runs(p, study)
         for ds, m in study_models(p, study):
             spec, train = model_spec(p, m, ds), train_config(p, ds, study)
-            batch = train.per_process_batch(world)
+            batch = train.batching(world).per_process
             n = sum(1 for r in runs if (r.dataset, r.model) == (ds, m))
             mp = ModelPlan(study, m, ds, n, train.epochs, train_images(p, ds), model_gflops(spec.config, gcache, fast),
                            batch, world)

@@ -85,6 +85,55 @@ def budget_note(budgets: dict, models: list) -> str:
     return "Training budget: " + "; ".join(parts) + "."
 
 
+REFERENCE_COLUMNS = ("dataset", "row", "quantity", "value", "source")
+
+
+class Reference(dict):
+    """Published numbers by (dataset, row, quantity); a row the code reads and the file lacks is one line."""
+
+    def __init__(self, path: Path, values: dict):
+        super().__init__(values)
+        self.path = path
+
+    def __missing__(self, key):
+        from itervision.errors import UserError
+
+        raise UserError(f"{self.path} has no row {'/'.join(key)}, which the claims ledger and tables read; restore "
+                        f"it from git")
+
+
 def load_reference(path: Path) -> dict:
-    with open(path) as f:
-        return {(r["dataset"], r["row"], r["quantity"]): float(r["value"]) for r in csv.DictReader(f)}
+    """{(dataset, row, quantity): value} of a document's published numbers (data/reference/STUDY.csv), checked:
+    the columns REFERENCE_COLUMNS, a finite number in every value, no (dataset, row, quantity) twice. A failure
+    is one line naming the file and line."""
+    import math
+
+    from itervision.errors import UserError
+
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in REFERENCE_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{path} lacks the column(s) {', '.join(missing)} (needs {', '.join(REFERENCE_COLUMNS)})")
+            out, lines = {}, {}
+            for r in reader:
+                where = f"{path}:{reader.line_num}"
+                key = (r["dataset"], r["row"], r["quantity"])
+                if not all(key):
+                    raise UserError(f"{where}: empty dataset, row or quantity")
+                try:
+                    value = float(r["value"])
+                except (TypeError, ValueError):
+                    raise UserError(f"{where}: value {r['value']!r} is not a number") from None
+                if not math.isfinite(value):
+                    raise UserError(f"{where}: value {r['value']} is not a finite number")
+                if key in out:
+                    raise UserError(f"{where}: {'/'.join(key)} is already given on line {lines[key]}; keep one")
+                out[key], lines[key] = value, reader.line_num
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; it holds the document's published numbers (restore it from git)") from None
+    if not out:
+        raise UserError(f"{path} holds no published numbers; restore it from git")
+    return Reference(path, out)
