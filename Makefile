@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: repro test setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
+.PHONY: repro test test-fast setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
 	gpu-benchmark pipelines campaign
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
@@ -32,6 +32,10 @@ campaign: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The fast lane: every test but the end-to-end ones (a built DVC repository, torchrun), a few minutes here.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 setup: $(STAMP) data
 

@@ -51,7 +51,7 @@ def main(argv=None):
     spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
     os.environ.update(run.train.cpu_pin_env())  # the recipe's pin wins over whatever the caller set
     from itervision.engine.checkpoint import remove_checkpoints
-    from itervision.engine.cpu import check_cpu_pin, cpu_record
+    from itervision.engine.environment import check_cpu_pin, environment_record
     from itervision.engine.distributed import cleanup, launch_rank
     from itervision.engine.train import train_run
     from itervision.evaluation.evaluate import evaluate_run
@@ -76,7 +76,7 @@ def main(argv=None):
                     return
                 staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed,
                                      "world_size": log["world_size"], "data": {"fingerprint": log["data_fingerprint"]},
-                                     "fingerprint": log["fingerprint"], "cpu": cpu_record()})
+                                     "fingerprint": log["fingerprint"], "environment": environment_record()})
                 fingerprint = log["fingerprint"]
             metrics = evaluate_run(staged, spec, run, prepared, fingerprint)  # metrics.json last: the run is complete
             record.commit_staging()

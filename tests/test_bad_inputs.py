@@ -292,6 +292,7 @@ RUN = "runs/recursive/fashion_mnist/sa-mlp/seed1"
 FIX = "regenerate it with `dvc repro --force pipelines/recursive/dvc.yaml:run_recursive@fashion_mnist-sa-mlp-1`"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,damage,expected", [
     ("predictions.npz", b"PK\x03\x04 not a zip", f"{RUN}/predictions.npz is unreadable (BadZipFile); {FIX}"),
     ("metrics.json", b'{"splits": {"test"', f"{RUN}/metrics.json is not valid JSON"),
@@ -307,6 +308,7 @@ def test_a_broken_run_is_named_by_the_aggregate_stage(broken, name, damage, expe
     assert (broken / "metrics/recursive/aggregate.json").read_bytes() == before  # nothing half-written
 
 
+@pytest.mark.slow
 def test_every_broken_run_is_named_at_once(broken):
     for seed in (0, 1):
         (broken / f"runs/recursive/fashion_mnist/dsa-moe/seed{seed}/metrics.json").write_text("{")
@@ -315,6 +317,7 @@ def test_every_broken_run_is_named_at_once(broken):
     assert "and 1 more" in r.stderr and "dsa-moe/seed1/metrics.json" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_run_and_a_missing_profile(broken):
     shutil.rmtree(broken / "runs/sparseformer/fashion_mnist/sf-static-9/seed0")
     (broken / "runs/sparseformer/fashion_mnist/sf-recurrent/profile.json").unlink()
@@ -324,6 +327,7 @@ def test_a_missing_run_and_a_missing_profile(broken):
                        "run_sparseformer@fashion_mnist-sf-static-9-0`")
 
 
+@pytest.mark.slow
 def test_a_truncated_aggregate_before_report(broken):
     (broken / "metrics/recursive/aggregate.json").write_text('{"seeds": [0,')
     assert_one_line(run(broken, "stages/report.py", "--study", "recursive"),

@@ -203,3 +203,23 @@ def test_every_stage_script_has_help():
     for script in sorted((ROOT / "stages").glob("[a-z]*.py")):
         r = run(str(script), "--help")
         assert r.returncode == 0 and "usage" in r.stdout, script.name
+
+
+def test_the_fast_lane_leaves_out_exactly_the_slow_tests():
+    """`make test-fast` runs pytest -m "not slow", `make test` the whole suite; the two lanes partition it."""
+    def recipe(target):
+        out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True).stdout
+        return next(line for line in out.splitlines() if "-m pytest" in line)
+
+    assert recipe("test-fast").endswith('-m pytest -q -m "not slow"') and recipe("test").endswith("-m pytest -q")
+
+    def collected(*marker):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *marker], cwd=ROOT,
+                             capture_output=True, text=True).stdout
+        return {line for line in out.splitlines() if "::" in line}
+
+    everything, fast, slow = collected(), collected("-m", "not slow"), collected("-m", "slow")
+    assert fast and slow and fast.isdisjoint(slow) and fast | slow == everything
+    torchrun = {"tests/test_engine.py::test_one_and_two_processes_train_the_same_recipe",
+                "tests/test_engine.py::test_a_compiled_step_under_two_processes_trains_like_the_eager_one"}
+    assert torchrun <= slow  # built_repo users are guarded by conftest.py

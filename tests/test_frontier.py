@@ -124,3 +124,34 @@ def test_area_under_the_frontier_is_the_mean_accuracy_over_log_cost():
     assert area_under_frontier(costs, acc, 1.0, 4.0) == pytest.approx(0.7)
     assert area_under_frontier(costs, acc, 2.0, 4.0) == pytest.approx((0.7 + 0.9) / 2)
     assert math.isnan(area_under_frontier(costs, acc, 0.5, 4.0))  # never extrapolated
+
+
+def test_the_honest_frontier_scores_calibs_operating_points_on_test():
+    """calib_chosen_points: each threshold of the calibration split's envelope, scored on test, equals applying
+    that threshold to the test split by brute force; the area over its points stays below the paper-style one
+    (the test split's own envelope), which chooses on the data it scores."""
+    from itervision.evaluation.early_exit import (apply_threshold, area_under_frontier, area_under_points,
+                                                  calib_chosen_points, exact_sweep)
+    from itervision.stats.frontier import monotone_envelope
+
+    rng = np.random.default_rng(3)
+    costs = [1.0, 2.0, 4.0]
+
+    def split(n):
+        label = rng.integers(0, 5, n)
+        probs = np.sort(rng.random((n, 3)), axis=1)
+        pred = np.where(rng.random((n, 3)) < probs, label[:, None], (label[:, None] + 1) % 5)
+        return pred, probs, label
+
+    calib, test = split(300), split(500)
+    cal, tst = exact_sweep(*calib, costs), exact_sweep(*test, costs)
+    c, a = calib_chosen_points(cal, tst)
+    env_c, _ = monotone_envelope(cal["cost"], cal["accuracy"])
+    assert len(c) == len(env_c)
+    for th in cal["threshold"][np.isin(cal["cost"], env_c)]:
+        brute = apply_threshold(*test, costs, th)
+        assert np.any(np.isclose(c, brute["cost"]) & np.isclose(a, brute["accuracy"]))
+    low, high = 1.5, 3.5
+    honest, paper = area_under_points(c, a, low, high), area_under_frontier(tst["cost"], tst["accuracy"], low, high)
+    assert np.isfinite(honest) and honest <= paper + 1e-12
+    assert np.isnan(area_under_points(c, a, 0.5, 3.5))  # never extrapolated below the cheapest point

@@ -58,7 +58,7 @@ def test_two_paper_configurations_one_step_under_torchrun(tmp_path):
         out = tmp_path / "runs" / study / ds / model / "seed0"
         log = json.loads((out / "train_log.json").read_text())
         config = json.loads((out / "config.json").read_text())
-        assert log["world_size"] == 2 and log["global_batch"] == 4 and log["steps_per_epoch"] == 1
+        assert config["world_size"] == 2 and log["global_batch"] == 4 and log["steps_per_epoch"] == 1
         assert config["train"]["amp"] == "bf16" and config["train"]["mixup"] == 0.8 and config["train"]["ema"] is True
         assert config["train"]["randaugment"] == "rand-m9-mstd0.5-inc1" and config["train"]["repeated_aug"] == 3
         metrics = json.loads((out / "metrics.json").read_text())

@@ -133,6 +133,33 @@ def overthinking(pred: np.ndarray, label: np.ndarray) -> float:
     return float((correct[:, :-1].any(1) & ~correct[:, -1]).mean())
 
 
+def calib_chosen_points(calib_sweep: dict, test_sweep: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The honest frontier on test: the thresholds of the calibration split's monotone envelope (its operating
+    points, chosen on calib), each scored on test. Returns (test costs, test accuracies), by ascending cost; the
+    test accuracies are not enveloped again (that would choose on test)."""
+    order = np.argsort(calib_sweep["cost"], kind="stable")
+    acc = np.asarray(calib_sweep["accuracy"])[order]
+    keep = order[acc > np.concatenate([[-np.inf], np.maximum.accumulate(acc)[:-1]])]
+    # the test sweep's point j covers the thresholds in (threshold[j-1], threshold[j]]
+    j = np.minimum(np.searchsorted(test_sweep["threshold"], calib_sweep["threshold"][keep], side="left"),
+                   len(test_sweep["threshold"]) - 1)
+    cost, accuracy = np.asarray(test_sweep["cost"])[j], np.asarray(test_sweep["accuracy"])[j]
+    o = np.argsort(cost, kind="stable")
+    return cost[o], accuracy[o]
+
+
+def area_under_points(costs, accuracies, low: float, high: float) -> float:
+    """Mean accuracy over [low, high] in log cost of the points as they are (linear between them, no envelope);
+    NaN when they do not cover the range."""
+    c, a = np.asarray(costs, dtype=np.float64), np.asarray(accuracies, dtype=np.float64)
+    if not (np.isfinite(low) and np.isfinite(high)) or high <= low or not len(c) or c[0] > low * (1 + 1e-9) \
+            or c[-1] < high * (1 - 1e-9):
+        return float("nan")
+    x = np.log(np.exp(np.linspace(np.log(low), np.log(high), 200)))
+    acc = np.interp(x, np.log(c), a)
+    return float(np.sum((acc[1:] + acc[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+
+
 def area_under_frontier(costs, accuracies, low: float, high: float) -> float:
     """Mean accuracy of the monotone envelope over [low, high] in log cost (the area under the accuracy-vs-cost
     curve divided by the width of the range): one number for a whole frontier, comparable between seeds that

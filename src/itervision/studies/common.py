@@ -109,17 +109,20 @@ BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
 def early_exit_summary(runs: dict, dataset: str, model: str, seeds: list, costs: list, reference_cost: float,
-                       shared_range: tuple[float, float] | None = None) -> dict:
+                       shared_range: tuple[float, float] | None = None, reference_model: str = "") -> dict:
     """What the early-exit literature reports of a model with several exits, per seed then mean and t-interval:
     oracle-exit accuracy and its cost (the bound of any exit policy), the overthinking rate, the expected
     calibration error of every exit, the accuracy at 25/50/75/100 % of `reference_cost` (the threshold chosen on
     the calibration split, scored on test; NaN where even the first exit costs more), and the area under the
-    test frontier over `shared_range` (mean accuracy per unit of log cost)."""
-    from itervision.evaluation.early_exit import (apply_threshold, area_under_frontier, choose_for_budget,
-                                                  exact_sweep, oracle, overthinking)
+    frontier over `shared_range` (mean accuracy per unit of log cost): `auc` from the thresholds of the
+    calibration split's frontier scored on test, `auc_paper_style` from the test split's own envelope
+    (optimistic: chosen on the data it is scored on)."""
+    from itervision.evaluation.early_exit import (apply_threshold, area_under_frontier, area_under_points,
+                                                  calib_chosen_points, choose_for_budget, exact_sweep, oracle,
+                                                  overthinking)
     from itervision.stats import expected_calibration_error
 
-    per = {"oracle_accuracy": [], "oracle_cost": [], "overthinking": [], "auc": [],
+    per = {"oracle_accuracy": [], "oracle_cost": [], "overthinking": [], "auc": [], "auc_paper_style": [],
            "ece": [], **{f"accuracy_at_{int(f * 100)}": [] for f in BUDGET_FRACTIONS}}
     for sd in seeds:
         pred = runs[(dataset, model, sd)]["pred"]
@@ -138,12 +141,14 @@ def early_exit_summary(runs: dict, dataset: str, model: str, seeds: list, costs:
                                                       cal["threshold"][i])["accuracy"])
         if shared_range:
             sw = exact_sweep(test["pred"], test["prob"], test["label"], costs)
-            per["auc"].append(area_under_frontier(sw["cost"], sw["accuracy"], *shared_range))
-    out = {k: mean_ci(v) for k, v in per.items() if k not in ("ece", "auc")}
+            per["auc"].append(area_under_points(*calib_chosen_points(cal, sw), *shared_range))
+            per["auc_paper_style"].append(area_under_frontier(sw["cost"], sw["accuracy"], *shared_range))
+    out = {k: mean_ci(v) for k, v in per.items() if k not in ("ece", "auc", "auc_paper_style")}
     out["ece"] = [mean_ci([e[i] for e in per["ece"]]) for i in range(len(per["ece"][0]))]
-    out["auc"] = mean_ci(per["auc"]) if per["auc"] else mean_ci([])
+    for k in ("auc", "auc_paper_style"):
+        out[k] = mean_ci(per[k]) if per[k] else mean_ci([])
     out["auc_range"] = list(shared_range) if shared_range else None
-    out["reference_cost"] = reference_cost
+    out["reference_cost"], out["reference_model"] = reference_cost, reference_model  # budgets are fractions of it
     return out
 
 

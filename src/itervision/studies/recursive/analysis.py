@@ -113,24 +113,20 @@ def exit_metrics(p: Params, runs: dict, profiles: dict) -> dict:
     stepped = [m for m in s.main if len(costs[m]) > 1]
     if not stepped:
         return {}
-    largest = max(costs[m][-1] for m in stepped)
+    costliest = max(stepped, key=lambda m: costs[m][-1])
     span = shared_cost_range(runs, ds0, [(m, p.seeds) for m in stepped], costs)
-    return {m: early_exit_summary(runs, ds0, m, p.seeds, costs[m], largest, span) for m in stepped}
+    return {m: early_exit_summary(runs, ds0, m, p.seeds, costs[m], costs[costliest][-1], span, costliest)
+            for m in stepped}
 
 
 def extra_comparisons(p: Params, runs: dict) -> dict:
-    """Paired comparisons the claims ledger tests beyond the tables: DSA-MoE against SA-MoE (main seeds), and
-    the smallest against the largest sparsity budget of the k ablation (ablation seeds)."""
+    """Paired comparisons the claims ledger tests beyond the tables: DSA-MoE against SA-MoE (main seeds)."""
     s = p.study("recursive")
-    out, ds0, ds = {}, s.datasets[0], ablation_dataset(p)
+    out, ds0 = {}, s.datasets[0]
     if "sa-moe" in s.main and s.reference != "sa-moe":
         out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
                                                                                            "sa-moe", p.seeds),
                                       "test_id": test_id(ds0, s.reference, "sa-moe")}
-    ks = sorted(s.k_ablation, key=lambda m: runs[(ds, m, p.ablation_seeds[0])]["config"]["config"]["topk"])
-    if len(ks) >= 2:
-        out["k_smallest_vs_largest"] = {"model": ks[0], "against": ks[-1], "test_id": test_id(ds, ks[0], ks[-1]),
-                                        **_compare(runs, ds, ks[0], ks[-1], p.ablation_seeds)}
     return out
 
 

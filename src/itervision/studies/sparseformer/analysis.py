@@ -206,9 +206,10 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     out["other_checks"] = other_checks(sw, out["models"], rec, s.static, seeds)
     out["frontier"] = {m: frontier(sw, m, out["models"][m]["latency_ms"], seeds[m], s.frontier_points)
                        for m in (rec, nomem)}
-    largest = max(gflops[m] for m in s.static)
+    largest = max(s.static, key=lambda m: gflops[m])
     span = shared_cost_range(runs, dataset, [(m, seeds[m]) for m in (rec, nomem)], {m: sw.costs(m) for m in models})
-    out["early_exit_metrics"] = {m: early_exit_summary(runs, dataset, m, seeds[m], sw.costs(m), largest, span)
+    out["early_exit_metrics"] = {m: early_exit_summary(runs, dataset, m, seeds[m], sw.costs(m), gflops[largest], span,
+                                                          largest)
                                  for m in (rec, nomem)}
     out["memory_early_exit"] = [memory_at_budget(dataset, a, b) for a, b in zip(out["matched_cost"],
                                                                           out["matched_cost_no_memory"])]
