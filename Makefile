@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: repro test test-fast setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
+.PHONY: repro status-clean test test-fast plots setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
 	gpu-benchmark pipelines campaign
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
@@ -16,9 +16,10 @@ PUSH ?= 1
 repro: setup
 	$(PY) -m itervision.config.params
 	$(PY) -m itervision.pipeline.lockfiles
+	-@$(PY) -m itervision.pipeline.provenance
 	-@$(PY) -m itervision.pipeline.remote pull
-	dvc repro
-	@dvc status
+	$(PY) -m itervision.pipeline.workspace dvc repro
+	@$(MAKE) --no-print-directory status-clean
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
 # Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
@@ -27,8 +28,14 @@ campaign: setup
 	$(PY) -m itervision.config.params
 	-@$(PY) -m itervision.pipeline.remote pull
 	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
-	@dvc status
+	@$(MAKE) --no-print-directory status-clean
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
+
+# The closing check of repro and campaign: anything but a clean `dvc status` (another DVC process changed the
+# workspace meanwhile, a stage failed half-way) leaves results that are not what the committed code produces.
+status-clean:
+	@out=$$(dvc status 2>&1); echo "$$out"; echo "$$out" | grep -q "Data and pipelines are up to date" \
+	  || { echo "error: dvc status is not clean after the run: the workspace is stale; run make repro again"; exit 1; }
 
 test: setup
 	$(PY) -m pytest -q
@@ -43,7 +50,7 @@ setup: $(STAMP) data
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import itervision, torch, torchvision, timm, dvc, dvc_s3, fvcore, scipy, moto, distributed" \
+	@$(PY) -c "import itervision, torch, torchvision, timm, dvc, dvc_s3, fvcore, scipy, moto, distributed, vl_convert" \
 	  || { echo "error: the venv in $(VENV) did not install; see the pip output above"; exit 1; }
 	@touch $(STAMP)
 
@@ -91,6 +98,10 @@ benchmark: setup
 # so it runs with a machine's own python too: `make gpu-benchmark PY=python3`.
 gpu-benchmark:
 	PYTHONPATH=src $(PY) benchmarks/gpu_speed.py
+
+# Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).
+plots: setup
+	$(PY) -m itervision.reporting.offline_plots
 
 # The DVC files are generated from the studies registry and each stage's import closure.
 pipelines: $(STAMP)

@@ -35,8 +35,8 @@ from itervision.config.matrix import model_spec, run_spec, study_models
 from itervision.models.registry import build_model
 from itervision.config.params import check_params
 from itervision.config.scales import render_scale
+from itervision.planning.plan import world_size
 
-PLAN_GPUS = 8  # the paper plan: torchrun --nproc_per_node=8
 MAIN = {"recursive": ("sa-mlp", "dsa-moe", "sa-moe", "encoder-only"),
         "sparseformer": ("sf-recurrent", "sf-static-16", "sf-static-25")}
 
@@ -46,11 +46,12 @@ class Bench:
         self.args, self.t0 = args, time.perf_counter()
         self.device = torch.device(args.device)
         self.p = check_params(render_scale(args.scale))
+        self.world = world_size(self.p.run.launcher)  # the plan's processes per run, as `make paper-plan` counts them
         name = torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu"
         self.out = Path(args.out or f"benchmarks/results/{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json")
         self.result = {"gpu": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                        "source": "make gpu-benchmark (benchmarks/gpu_speed.py)", "per_gpu_batch_rule":
-                       f"global batch / {PLAN_GPUS}", "configs": {}, "skipped": [], "errors": []}
+                       f"global batch / {self.world}", "configs": {}, "skipped": [], "errors": []}
 
     # ------------------------------------------------------------------ helpers
     def left(self) -> float:
@@ -223,7 +224,7 @@ class Bench:
     def run(self):
         p = self.p
         pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
-        per_gpu = {(s, ds, m): run_spec(p, m, ds).train.batching(PLAN_GPUS).per_process for s, ds, m in pairs}
+        per_gpu = {(s, ds, m): run_spec(p, m, ds).train.batching(self.world).per_process for s, ds, m in pairs}
         first = {s: p.study(s).datasets[0] for s in p.studies}
         main = [(s, first[s], m) for s in p.studies for m in MAIN[s] if (s, first[s], m) in per_gpu]
         jobs = []

@@ -6,6 +6,7 @@ from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import read_json_file
 from itervision.layout import LEDGER, study_metrics
 from itervision.reporting.ledger import apply_family
+from itervision.reporting.tables import environment_table
 from itervision.studies import STUDIES
 
 
@@ -23,6 +24,7 @@ def main(argv=None):
         agg = apply_family(agg, doc.get("family", {}))
         agg["ledger"] = doc.get("entries", [])
     study.part("tables").write_tables(agg, files["tables"])
+    environment_table(agg, files["tables"])
     study.part("figures").write_figures(agg, files["plots"])
 
 

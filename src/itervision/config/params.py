@@ -137,10 +137,34 @@ def read_yaml_mapping(path: str | Path) -> dict:
         raise UserError(f"params file {path} not found; run from the repository root or pass --params PATH")
     if path.is_dir():
         raise UserError(f"params file {path} is a folder; pass a YAML file")
-    data = load_yaml(path.read_text(), f"params file {path}")
+    size = path.stat().st_size
+    if size > MAX_PARAMS_BYTES:
+        raise UserError(f"params file {path} is {size / 1e6:.1f} MB; a params file is a few KB (at most "
+                        f"{MAX_PARAMS_BYTES // 1000} KB): restore it from git")
+    text = path.read_text()
+    _refuse_aliases(text, path)
+    data = load_yaml(text, f"params file {path}")
     if not isinstance(data, dict):
         raise UserError(f"params file {path} must be a mapping of groups, got {type(data).__name__}")
     return data
+
+
+MAX_PARAMS_BYTES = 1_000_000  # the paper scale's params.yaml is about 8 KB
+
+
+def _refuse_aliases(text: str, path: Path) -> None:
+    """YAML aliases can expand exponentially (an alias bomb: 90 s and 5.8 GB before DVC gave up); params need none.
+    The events are scanned without building anything, so the check itself costs nothing."""
+    import yaml
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1
+                raise UserError(f"params file {path} uses a YAML alias at line {line}; write the values out (params "
+                                f"need no anchors or aliases)")
+    except yaml.YAMLError:
+        return  # load_yaml names the syntax error with its line
 
 
 def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
@@ -187,11 +211,46 @@ def check_params(raw: dict) -> Params:
     return p
 
 
+# Folders a data source must never resolve to: DVC would hash the whole tree (a symlink to / failed deep inside
+# DVC naming a broken link under /etc)
+SYSTEM_ROOTS = ("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/opt", "/proc", "/root", "/run", "/srv",
+                "/sys", "/tmp", "/usr", "/usr/share", "/var")
+
+
 def _check_datasets(p: Params) -> None:
     for ds in p.datasets:
         if ds not in p.subset.torchvision and ds not in p.subset.imagenet:
             raise UserError(f"data.sources names '{ds}' without an entry under subset.torchvision or subset.imagenet; "
                             f"add one (how to subset it)")
+        source = Path(str(p.data.sources[ds])).expanduser()
+        if str(source.resolve()) in SYSTEM_ROOTS:
+            raise UserError(f"data.sources.{ds} is {source}, which resolves to {source.resolve()} (a symlink?): DVC "
+                            f"would hash that whole tree; point it at the folder that holds the dataset's files")
+
+
+MAX_EPOCHS = 1000          # the paper recipe trains 200; beyond 1,000 is a typo, not a study
+MAX_STEPS_PER_EPOCH = 1_000_000
+MAX_GLOBAL_BATCH = 65_536  # 64 x the paper's 1,024
+
+
+def _check_budget(train: TrainConfig, where: str) -> None:
+    """Bounds on what a typo in `-S` could make cost (epochs 10^8 trained for minutes before anyone noticed), and a
+    warning for more threads than this machine has cores (every CPU run then runs several times slower)."""
+    import os
+    import sys
+
+    for value, bound, key, why in ((train.epochs, MAX_EPOCHS, "epochs", "the paper recipe trains 200"),
+                                   (train.steps_per_epoch or 0, MAX_STEPS_PER_EPOCH, "steps_per_epoch",
+                                    "a cap of steps per epoch"),
+                                   (train.global_batch, MAX_GLOBAL_BATCH, "global_batch", "64 x the paper's 1,024")):
+        if value > bound:
+            raise UserError(f"train.{key} {value} ({where}) exceeds {bound:,} ({why}); a typo? set a value up to "
+                            f"{bound:,}")
+    cores = os.cpu_count() or 1
+    if train.threads > cores:
+        print(f"warning: train.threads {train.threads} ({where}) exceeds this machine's {cores} cores: CPU runs "
+              f"oversubscribe them (about 10x slower measured with 512 on 2 cores); fine only for another machine",
+              file=sys.stderr)
 
 
 def _check_every_model_entry(p: Params, models: dict, archs: dict) -> None:
@@ -201,7 +260,7 @@ def _check_every_model_entry(p: Params, models: dict, archs: dict) -> None:
 
     for m, entry in models.items():
         arch = entry.get("arch") if isinstance(entry, dict) else None
-        if arch not in archs:
+        if arch is None:  # an unknown arch is named by model_config below
             near = difflib.get_close_matches(m, [k for k in models if k != m and isinstance(models[k], dict)
                                                  and models[k].get("arch") in archs], n=1)
             hint = (f"a typo of '{near[0]}'? change it with `-S models.{near[0]}.KEY=VALUE`" if near
@@ -224,7 +283,7 @@ def _check_models(p: Params) -> None:
     for ds in p.train.by_dataset:
         parse(TrainConfig, p.train.by_dataset[ds], f"train.by_dataset.{ds}", partial=True)
     _check_every_model_entry(p, models, archs)
-    seen, runs = {}, 0
+    seen, runs, budgets = {}, 0, set()
     for study, s in p.studies.items():
         parse(TrainConfig, s.train, f"{study}.train", partial=True)
         if s.ablations and not s.ablation_datasets:
@@ -247,7 +306,9 @@ def _check_models(p: Params) -> None:
             datasets = s.datasets if m in s.main else s.ablation_datasets
             for ds in datasets:
                 model_config(p, m, ds)
-                train_config(p, ds, study)
+                if (study, ds) not in budgets:
+                    budgets.add((study, ds))
+                    _check_budget(train_config(p, ds, study), f"{study} on {ds}")
             runs += len(datasets) * len(p.seeds if m in s.main else p.ablation_seeds)
         try:
             s.check_models(lambda m, ds: model_config(p, m, ds))

@@ -69,9 +69,13 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     body = raw[4 + 4 * ndim:]
-    if len(body) != int(np.prod(shape)):
-        raise UserError(f"{path} holds {len(body)} bytes of data where its header promises {int(np.prod(shape))} "
-                        f"(truncated?); replace it with an intact copy")
+    expected = int(np.prod(shape))
+    if len(body) < expected:
+        raise UserError(f"{path} holds {len(body)} bytes of data where its header promises {expected}: it is "
+                        f"truncated; replace it with an intact copy")
+    if len(body) > expected:
+        raise UserError(f"{path} holds {len(body) - expected} bytes after the {expected} its header promises (another "
+                        f"file appended, or a wrong header); replace it with an intact copy")
     return np.frombuffer(body, dtype=np.uint8).reshape(shape)
 
 

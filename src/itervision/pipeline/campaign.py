@@ -2,10 +2,10 @@
 DVC exactly as `dvc repro` records them. `python -m itervision.pipeline.campaign` (make campaign; docs/campaign.md).
 
     python -m itervision.pipeline.campaign                       # local: as many workers as the cores allow
-    python -m itervision.pipeline.campaign --workers 2           # local: 2 worker processes on this machine
-    python -m itervision.pipeline.campaign --gpus-per-worker 8   # local: one worker per group of 8 GPUs (torchrun inside)
-    python -m itervision.pipeline.campaign --scheduler tcp://HOST:8786   # any running Dask cluster (SLURM: dask-jobqueue)
-    python -m itervision.pipeline.campaign TARGET ...            # only what the targets need, as `dvc repro TARGET`
+    python -m itervision.pipeline.campaign --workers 2          # local: 2 worker processes on this machine
+    python -m itervision.pipeline.campaign --gpus-per-worker 8  # local: a worker per 8 GPUs (torchrun inside)
+    python -m itervision.pipeline.campaign --scheduler tcp://HOST:8786  # a running Dask cluster (SLURM: jobqueue)
+    python -m itervision.pipeline.campaign TARGET ...           # only what the targets need, as `dvc repro TARGET`
 
 How: the coordinator (this process, the only one that touches DVC) walks DVC's stage graph (repo.index.graph).
 Once a stage's dependencies are settled it asks DVC whether the stage changed; if so it removes the stage's
@@ -261,8 +261,15 @@ def local_cluster(workers: int, threads: int, gpus_per_worker: int = 0):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(i * gpus_per_worker,
                                                                          (i + 1) * gpus_per_worker))
         spec[f"worker-{i}"] = {"cls": Nanny, "options": {"nthreads": 1, "env": env, "memory_limit": 0}}
-    return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
-                       silence_logs=40)
+    # The worker processes start with Ctrl-C ignored (a disposition that survives exec, and which Python keeps):
+    # a Ctrl-C in the terminal then reaches the coordinator alone, which prints one line and closes them, instead
+    # of every worker printing a KeyboardInterrupt traceback.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                           silence_logs=40)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def default_workers(gpus_per_worker: int) -> int:
@@ -292,32 +299,43 @@ def main(argv=None):
     ap.add_argument("--scheduler", help="address of a running Dask scheduler (a cluster) instead of local workers")
     args = ap.parse_args(argv)
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # quiet workers (read when dask is imported)
-    from distributed import Client
+    from dvc.lock import LockError
 
-    t0 = time.perf_counter()
-    if args.scheduler:
-        client, cluster = Client(args.scheduler), None
-        where = f"Dask scheduler {args.scheduler} ({len(client.scheduler_info()['workers'])} workers)"
-    else:
-        n = args.workers or default_workers(args.gpus_per_worker)
-        threads = max(1, (os.cpu_count() or 1) // n)
-        cluster = local_cluster(n, threads, args.gpus_per_worker)
-        client = Client(cluster)
-        where = f"{n} local Dask workers" + (f" x {args.gpus_per_worker} GPUs" if args.gpus_per_worker else
-                                            f" x {threads} threads")
-    print(f"campaign on {where}", flush=True)
-    try:
-        out = campaign(client, args.targets, log=lambda line: print(line, flush=True), progress=True)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    from itervision.pipeline.workspace import hold
+
+    with hold("make campaign"):  # before any worker starts: a second campaign is refused at once
+        t0 = time.perf_counter()
+        client, cluster, where = connect(args)
+        print(f"campaign on {where}", flush=True)
+        try:
+            out = campaign(client, args.targets, log=lambda line: print(line, flush=True), progress=True)
+        except LockError as err:  # DVC's own lock, held by a `dvc repro` started outside make
+            raise UserError(f"DVC's lock is held by another process ({err}); wait for it, then run the campaign "
+                            f"again") from None
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
     print(f"campaign: {len(out.ran)} stages ran, {len(out.skipped)} up to date, {len(out.failed)} failed, "
           f"{len(out.blocked)} not run after a failure, in {time.perf_counter() - t0:.0f} s", flush=True)
     if out.failed:
         first = out.failed[0]
         raise UserError(f"stage {first[0]} failed: {first[1]}" + (f" (and {len(out.failed) - 1} more)"
                                                                      if len(out.failed) > 1 else ""))
+
+
+def connect(args):
+    """(client, local cluster or None, a description) for --scheduler or local workers."""
+    from distributed import Client
+
+    if args.scheduler:
+        client = Client(args.scheduler)
+        return client, None, f"Dask scheduler {args.scheduler} ({len(client.scheduler_info()['workers'])} workers)"
+    n = args.workers or default_workers(args.gpus_per_worker)
+    threads = max(1, (os.cpu_count() or 1) // n)
+    cluster = local_cluster(n, threads, args.gpus_per_worker)
+    return Client(cluster), cluster, f"{n} local Dask workers" + (
+        f" x {args.gpus_per_worker} GPUs" if args.gpus_per_worker else f" x {threads} threads")
 
 
 if __name__ == "__main__":

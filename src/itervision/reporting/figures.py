@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from itervision.io import atomic_path, write_text  # noqa: E402
+from itervision.reporting.tables import naming  # noqa: E402
 
 PUBLISHED = dict(marker="D", facecolors="none", edgecolors="grey", s=36, zorder=3)
 
@@ -36,7 +37,7 @@ def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 
 def save(fig, path: Path) -> None:
-    with atomic_path(path) as tmp:
+    with naming(path), atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 

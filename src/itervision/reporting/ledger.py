@@ -82,6 +82,7 @@ class Claim:
     claimed: str = ""               # the setting the claim was made in
     tested: str = ""                # the setting tested here
     needs: tuple = ()               # mechanism checks (studies/<study>/claims.py: checks) the verdict rests on
+    where: str = ""                 # the generated table or file the estimate comes from
 
 
 def untestable(cid, document, statement, refs, published, unit, reason, shown=None, scale=1.0, **setting) -> Claim:
@@ -185,21 +186,24 @@ def group(claims: list[Claim]) -> list[Entry]:
 
 # ------------------------------------------------------------------------------------------ tests
 
+def tagged(tree):
+    """Every comparison dict of an aggregate that carries a test_id (depth first, in order)."""
+    if isinstance(tree, dict):
+        if "test_id" in tree:
+            yield tree
+        for v in tree.values():
+            yield from tagged(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from tagged(v)
+
+
 def tagged_tests(tree) -> dict:
     """{test_id: raw p} of every comparison in an aggregate (dicts carrying a test_id and a p), in order."""
     out = {}
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "test_id" in node and "p" in node:
-                out.setdefault(node["test_id"], node["p"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(tree)
+    for node in tagged(tree):
+        if "p" in node:
+            out.setdefault(node["test_id"], node["p"])
     return out
 
 
@@ -354,10 +358,8 @@ def indicators(e: Entry) -> dict:
         if _finite(sd):
             out["telescope"] = (f"seed SD {sd:.3g} {'>' if sd > min(abs(x) for x in rng) else '<='} |published| "
                                 f"{min(abs(x) for x in rng):.3g}")
-    if "wins" in est and n:
+    if "wins" in est and n:  # A - B as the test states it, over the seed pairs
         out["p_improvement_paired"] = (est["wins"] + 0.5 * est.get("ties", 0)) / n
-        if c.direction < 0:
-            out["p_improvement_paired"] = 1 - out["p_improvement_paired"]
     boot = est.get("bootstrap") or {}
     low, high = boot.get("diff_low", boot.get("low")), boot.get("diff_high", boot.get("high"))
     if n >= MIN_N_BOOTSTRAP and _finite(low) and _finite(high):
@@ -480,8 +482,20 @@ def rows(entries: list[Entry]) -> list[dict]:
             "p_size_holm": _num(size.get("p_holm")) if size else "", "indicators": _indicators(e),
             "verdict": r["verdict"], "reason": r["reason"] + (f"; {c.note}" if c.note and c.kind != "untestable"
                                                              else ""),
-            "seeds_needed_80pct": _seeds(e)})
+            "seeds_needed_80pct": _seeds(e), "where": c.where, "plot": _plot_data(e)})
     return out
+
+
+def _plot_data(e: Entry) -> dict | None:
+    """What the HTML report draws for a statistical entry: per-seed values, mean, interval, published, null."""
+    c = e.first
+    if c.kind != "statistical" or not c.estimate:
+        return None
+    est = c.estimate
+    return {"per_seed": [v for v in est.get("per_seed", []) if _finite(v)],
+            "mean": est.get("mean") if _finite(est.get("mean")) else None,
+            "half_width": est.get("half_width") if _finite(est.get("half_width")) else None,
+            "published": [x.published for x in e.claims if _finite(x.published)], "null": c.null, "unit": c.unit}
 
 
 def headline(entries: list[Entry]) -> dict:
@@ -509,7 +523,7 @@ def headline_lines(tally: dict) -> list[str]:
 
 COLUMNS = ["document", "test_id", "claims", "claim", "reference", "source", "fidelity", "claimed_setting",
            "tested_setting", "published", "kind", "estimate", "n", "per_seed", "test", "p", "p_holm", "p_size_holm",
-           "indicators", "verdict", "reason", "seeds_needed_80pct"]
+           "indicators", "verdict", "reason", "seeds_needed_80pct", "where"]
 
 
 def sources(document: str) -> dict:
@@ -536,7 +550,7 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
         s = src.setdefault(e.document, sources(e.document))
         row["source"] = "; ".join(dict.fromkeys(s.get(tuple(r), "") for r in e.refs)) or "prose"
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, COLUMNS)
+    writer = csv.DictWriter(buf, COLUMNS, extrasaction="ignore")  # the report's plot data stays in ledger.json
     writer.writeheader()
     writer.writerows(table)
     write_text(csv_path, buf.getvalue())
@@ -545,10 +559,10 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
           "Every quantitative claim of both documents, one entry per test (claims resting on one test are listed "
           "together), with the setting the claim was made in and the setting tested here. Verdict words carry their "
           "scope: at the proxy they say nothing about the document's own setting. Rules and reasons: docs/ledger.md "
-          "(and itervision/reporting/ledger.py). Estimates are mean ± 95 % t-interval (n seeds); p-values are Holm-adjusted "
-          "once per document over every test its report prints; indicators are unadjusted and never decide a "
-          "verdict. Seeds needed: 80 % power at the published effect, at the observed SD (and at the ends of its "
-          "95 % interval).", ""]
+          "(and itervision/reporting/ledger.py). Estimates are mean ± 95 % t-interval (n seeds); p-values are "
+          "Holm-adjusted once per document over every test its report prints; indicators are unadjusted and never "
+          "decide a verdict. Seeds needed: 80 % power at the published effect, at the observed SD (and at the ends "
+          "of its 95 % interval).", ""]
     md += headline_lines(tally)
     for doc in tally:
         for fid in FIDELITIES:
@@ -566,8 +580,9 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
                           f"{row['estimate']} | {row['test']} | {holm_p} | {row['indicators']} | **{row['verdict']}** "
                           f"| {row['reason']} | {row['seeds_needed_80pct']} |")
     write_text(md_path, "\n".join(md) + "\n")
-    write_json(json_path, {doc: {fid: {"tests": h["tests"], "claims": h["claims"], **dict(sorted(h["verdicts"].items()))}
-                                 for fid, h in classes.items()} for doc, classes in tally.items()})
+    write_json(json_path, {doc: {fid: {"tests": h["tests"], "claims": h["claims"],
+                                       **dict(sorted(h["verdicts"].items()))} for fid, h in classes.items()}
+                           for doc, classes in tally.items()})
     write_json(ledger_path, {"documents": {doc: {"family": families_.get(doc, {}),
                                                  "entries": [row for row in table if row["document"] == doc]}
                                            for doc in tally}})
@@ -576,15 +591,7 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
 def apply_family(agg, family: dict):
     """Set p_holm on every tagged comparison of an aggregate from the document's family (in place), so a table
     prints the ledger's adjusted value; returns agg."""
-    def walk(node):
-        if isinstance(node, dict):
-            if "test_id" in node and node["test_id"] in family:
-                node["p_holm"] = family[node["test_id"]]["p_holm"]
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(agg)
+    for node in tagged(agg):
+        if node["test_id"] in family:
+            node["p_holm"] = family[node["test_id"]]["p_holm"]
     return agg

@@ -1,6 +1,7 @@
 """Formatting and writing tables (Markdown + CSV side by side), and the published reference numbers."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -55,6 +56,18 @@ def fmt_params(n) -> str:
     return "—" if n is None else f"{n / 1e6:.3f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
+@contextlib.contextmanager
+def naming(path):
+    """An OS error without a file name (a full disk met inside a write) re-raised with `path`, so the one-line
+    error names the file."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            raise OSError(err.errno, err.strerror or type(err).__name__, str(path)) from None
+        raise
+
+
 def write_table(stem: Path, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
     """stem.md (title, table, notes) and stem.csv (the same cells)."""
     stem = Path(stem)
@@ -62,12 +75,14 @@ def write_table(stem: Path, title: str, columns: list[str], rows: list[list], no
     md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     if notes:
         md += [""] + [f"- {n}" for n in notes]
-    write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
+    with naming(stem.with_suffix(".md")):
+        write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(columns)
     w.writerows(rows)
-    write_text(stem.with_suffix(".csv"), buf.getvalue())
+    with naming(stem.with_suffix(".csv")):
+        write_text(stem.with_suffix(".csv"), buf.getvalue())
 
 
 def budget_note(budgets: dict, models: list) -> str:
@@ -83,6 +98,20 @@ def budget_note(budgets: dict, models: list) -> str:
         parts.append(f"{who}: {seen:,} training images seen ({epochs} epoch{'s' if epochs > 1 else ''} of {steps} "
                      f"steps of {batch} images, drawn from a training split of {train:,})")
     return "Training budget: " + "; ".join(parts) + "."
+
+
+def environment_table(agg: dict, out_dir: Path) -> None:
+    """environments.md|csv: the software and machines behind a study's runs; several rows mean its tables mix
+    environments (results then differ by more than seed noise can explain only where the stacks differ)."""
+    envs = agg.get("environments") or []
+    cols = ["torch", "torchvision", "timm", "numpy", "cpu_model", "capability", "threads", "os", "gpu"]
+    rows = [[e.get(c) if e.get(c) is not None else "—" for c in cols] + [len(e["runs"])] for e in envs]
+    notes = ["One row per distinct environment, from each run's config.json (recorded, not part of the run "
+             "fingerprint)."]
+    if len(envs) > 1:
+        notes.insert(0, f"**The runs of this study come from {len(envs)} different environments**: the tables mix "
+                        "them; `dvc repro --force` on one machine makes them one.")
+    write_table(Path(out_dir) / "environments", "Environments behind the runs", cols + ["runs"], rows, notes)
 
 
 REFERENCE_COLUMNS = ("dataset", "row", "quantity", "value", "source")
@@ -116,7 +145,8 @@ def load_reference(path: Path) -> dict:
             reader = csv.DictReader(f)
             missing = [c for c in REFERENCE_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise UserError(f"{path} lacks the column(s) {', '.join(missing)} (needs {', '.join(REFERENCE_COLUMNS)})")
+                raise UserError(f"{path} lacks the column(s) {', '.join(missing)} (needs "
+                                f"{', '.join(REFERENCE_COLUMNS)})")
             out, lines = {}, {}
             for r in reader:
                 where = f"{path}:{reader.line_num}"

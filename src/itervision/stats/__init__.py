@@ -1,4 +1,4 @@
-"""Statistics across seeds (see ../shared/notes/statistics.md): t-intervals, paired tests, Holm, frontiers."""
+"""Statistics across seeds (docs/design.md, Statistics): t-intervals, paired tests, Holm, frontiers."""
 from itervision.stats.frontier import (cost_to_reach, interpolate_log_cost, mean_band, monotone_envelope,
                                        shared_log_grid)
 from itervision.stats.calibration import expected_calibration_error

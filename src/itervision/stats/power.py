@@ -4,7 +4,7 @@ quantity such as a compute saving) at a given power, from the noncentral t distr
 For a published effect delta and the observed standard deviation sd of the per-seed differences, the
 standardised effect is d = delta / sd and the test with n seeds has power P(|T| > t_crit) where T follows a
 noncentral t with n - 1 degrees of freedom and noncentrality d * sqrt(n). At d = 1, alpha 0.05 and 80 % power
-this gives n = 10 (../shared/notes/statistics.md: power 0.80 with n = 10).
+this gives n = 10 (docs/design.md, Statistics: power 0.80 with n = 10).
 """
 from __future__ import annotations
 

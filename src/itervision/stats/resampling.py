@@ -5,7 +5,7 @@ fixed generator, so they are reproducible to the bit.
 Written on scipy rather than with rliable 1.2.0 or deepsig 1.2.8: rliable's probability of improvement is this
 same statistic (the Mann-Whitney U over all pairs of runs, normalised), but it pins `arch` and a seaborn stack
 that do not fit the pinned environment, and its `random_state` does not make its intervals reproducible
-(../shared/notes/statistics.md); deepsig tests a different quantity (almost stochastic order). scipy's
+(docs/design.md, Statistics); deepsig tests a different quantity (almost stochastic order). scipy's
 bootstrap resamples each sample on its own, which for two variants on one dataset is rliable's stratified
 bootstrap (the strata are the variants' runs).
 

@@ -37,6 +37,30 @@ def load_study(p: Params, study: str) -> tuple[dict, dict]:
     return runs, profiles
 
 
+ENVIRONMENT_KEYS = ("torch", "torchvision", "timm", "numpy", "cpu_model", "capability", "threads", "os", "gpu")
+
+
+def environment_of(config: dict) -> dict:
+    """The flat environment a run recorded (config.json "environment"); "unrecorded" for runs of older code."""
+    env = config.get("environment") or {}
+    pk, cpu = env.get("packages") or {}, env.get("cpu") or {}
+    flat = {**{k: pk.get(k) for k in ("torch", "torchvision", "timm", "numpy")}, "cpu_model": cpu.get("model"),
+            "capability": cpu.get("capability"), "threads": cpu.get("threads"), "os": env.get("os"),
+            "gpu": env.get("gpu")}
+    return {k: ("unrecorded" if v is None and not env else v) for k, v in flat.items()}
+
+
+def environments(runs: dict) -> list[dict]:
+    """The distinct environments behind a study's runs, each with the runs it produced (a table with several rows
+    mixes machines or software stacks; the report says so)."""
+    out: dict = {}
+    for (ds, m, sd), run in sorted(runs.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        env = environment_of(run["config"])
+        key = tuple(str(env[k]) for k in ENVIRONMENT_KEYS)
+        out.setdefault(key, {**env, "runs": []})["runs"].append(f"{ds}/{m}/seed{sd}")
+    return list(out.values())
+
+
 def _config_key(config: dict) -> str:
     import json
 

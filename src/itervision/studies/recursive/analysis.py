@@ -10,8 +10,9 @@ import numpy as np
 from itervision.config.matrix import seeds_for
 from itervision.config.params import Params, model_config
 from itervision.config.scales import SYNTHETIC_SCALES
-from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
-                                       run_overhead, series, shared_cost_range, tested_setting, top1, training_speed)
+from itervision.studies.common import (budget, early_exit_summary, environments, learning_curve, load_study,
+                                       per_exit, run_overhead, series, shared_cost_range, tested_setting, top1,
+                                       training_speed)
 from itervision.stats import mcnemar, mean_ci, paired_difference
 
 ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ablation", "embedding"))
@@ -158,6 +159,7 @@ def aggregate(p: Params) -> dict:
     for name, key in ABLATIONS:
         out[name] = ablation(p, runs, profiles, name, key)
     out["traces"] = traces(p, runs)
+    out["environments"] = environments(runs)
     out["early_exit_metrics"] = exit_metrics(p, runs, profiles)
     out["extra_comparisons"] = extra_comparisons(p, runs)
     out["per_step"], out["curves"], out["budgets"] = {}, {}, {}

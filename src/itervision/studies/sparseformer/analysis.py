@@ -18,8 +18,9 @@ from itervision.config.params import Params
 from itervision.stats import (cost_to_reach, expected_calibration_error, interpolate_log_cost, mean_band,
                               mean_ci, paired_difference, shared_log_grid)
 from itervision.config.scales import SYNTHETIC_SCALES
-from itervision.studies.common import (budget, early_exit_summary, learning_curve, load_study, per_exit,
-                                       run_overhead, shared_cost_range, tested_setting, top1, training_speed)
+from itervision.studies.common import (budget, early_exit_summary, environments, learning_curve, load_study,
+                                       per_exit, run_overhead, shared_cost_range, tested_setting, top1,
+                                       training_speed)
 
 NAN = float("nan")
 
@@ -183,8 +184,9 @@ def memory_at_budget(dataset: str, with_memory: dict, without: dict) -> dict:
     common = [sd for sd in with_memory["seeds"] if sd in without["seeds"]]
     a = [with_memory["accuracy_per_seed"][with_memory["seeds"].index(sd)] for sd in common]
     b = [without["accuracy_per_seed"][without["seeds"].index(sd)] for sd in common]
-    return {"budget_model": with_memory["budget_model"], "seeds": common, "difference": {
-        **paired_difference(a, b), "test_id": f"{dataset}: early exit with - without memory at {with_memory['budget_model']}"}}
+    test_id = f"{dataset}: early exit with - without memory at {with_memory['budget_model']}"
+    return {"budget_model": with_memory["budget_model"], "seeds": common,
+            "difference": {**paired_difference(a, b), "test_id": test_id}}
 
 
 def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> dict:
@@ -196,7 +198,8 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     out = {"dataset": dataset, "models": model_rows(sw, models, seeds)}
     cfg = sw.run(rec, seeds[rec][0])["config"]["config"]
     out["setting"] = tested_setting(runs, dataset, rec, seeds[rec], f"focus {cfg['focus_dim']}, cortex "
-                                    f"{cfg['cortex_dim']} x {cfg['cortex_depth']}", synthetic=p.scale in SYNTHETIC_SCALES)
+                                    f"{cfg['cortex_dim']} x {cfg['cortex_depth']}",
+                                    synthetic=p.scale in SYNTHETIC_SCALES)
     gflops = {m: out["models"][m]["gflops"][-1] for m in models}
     for key, model in (("matched_cost", rec), ("matched_cost_no_memory", nomem)):
         out[key] = [matched_cost(sw, model, b, gflops[b], seeds) for b in s.budget_models]
@@ -224,7 +227,8 @@ def aggregate(p: Params) -> dict:
     runs, profiles = load_study(p, "sparseformer")
     return {"seeds": p.seeds, "ablation_seeds": p.ablation_seeds, "recurrent": s.recurrent, "no_memory": s.no_memory,
             "static": s.static, "budget_models": s.budget_models, "target_model": s.target_model,
-            "datasets": {ds: aggregate_dataset(p, ds, runs, profiles) for ds in s.datasets}}
+            "datasets": {ds: aggregate_dataset(p, ds, runs, profiles) for ds in s.datasets},
+            "environments": environments(runs)}
 
 
 def summary_metrics(agg: dict) -> dict:

@@ -1,11 +1,12 @@
 """The quantitative claims of seed document 003: every row of its two tables (data/reference/sparseformer.csv) and
 its prose claims, each tied to what this pipeline measured for it (metrics/sparseformer/aggregate.json on this
-scale's dataset, metrics/paper_costs.json at the paper configurations). The ledger (itervision/reporting/ledger.py) tests
-them, adjusts within the document, and gives the verdicts."""
+scale's dataset, metrics/paper_costs.json at the paper configurations). The ledger
+(itervision/reporting/ledger.py) tests them, adjusts within the document, and gives the verdicts."""
 from __future__ import annotations
 
 import re
 
+from itervision.layout import LEDGER, study_metrics
 from itervision.reporting.ledger import Claim, accounting, differenced, quantity, untestable
 
 ABSOLUTE = "an absolute figure of the document's setting; compare the differences between models instead"
@@ -14,6 +15,7 @@ DOC = "sparseformer"
 CLAIMED = {"imagenet100": {"img_size": 160, "size": "focus 192, cortex 384 x 3"},
            "imagenet200": {"img_size": 192, "size": "focus 192, cortex 384 x 5"}}
 EPOCHS = 200
+TABLES = f"{study_metrics('sparseformer')['tables']}/"
 ROUND_MAX_DEFICIT = 2.0   # points: round r may trail the static model with as many tokens by this much (docs/ledger.md)
 
 
@@ -81,12 +83,13 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
                                   [(ds, row, q)], value, fig[exit_index] if fig else None,
                                   "fvcore count at the paper configuration, published convention "
                                   "(metrics/paper_costs.json)", fidelity="independent",
-                                  claimed=describe(claimed_setting(ds)), tested="fvcore at the paper configuration"))
+                                  where=str(LEDGER["paper_costs"]), claimed=describe(claimed_setting(ds)),
+                                  tested="fvcore at the paper configuration"))
         elif q in ("top1", "gflops"):
             out.append(untestable(f"003-{ds}-{_slug(row)}-{q}", DOC, f"{row} on {ds}: {value:g}"
                                   + (" % top-1" if q == "top1" else " GFLOPs"), [(ds, row, q)], value,
                                   "%" if q == "top1" else "GFLOPs", ABSOLUTE, shown=ours.top1(row) if q == "top1"
-                                  else None, scale=100, **at(ds)))
+                                  else None, scale=100, where=f"{TABLES}table1_exits_{ds0}.md", **at(ds)))
         elif q == "gain":
             budget = re.search(r"static-(\d+)", row).group(1)
             diff = ours.matched(f"static-{budget}")
@@ -94,7 +97,8 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
                                    f"{budget}-token model is {value:g} points more accurate than it", [(ds, row, q)],
                                    value, diff and diff["difference"], test_id=f"early exit - static-{budget}",
                                    test=f"paired t, early exit (threshold chosen on calib) - static-{budget}, test "
-                                        f"top-1 on {ds0}", needs=EARLY, **at(ds)))
+                                        f"top-1 on {ds0}", needs=EARLY, where=f"{TABLES}table2_early_exit_{ds0}.md",
+                                   **at(ds)))
         elif q == "saving":
             key = "reach_static" if "static" in row else "reach_all_rounds"
             r = d[key]
@@ -104,7 +108,8 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
                                 unit="fraction of compute", test_id=key,
                                 test=f"one-sample t of the per-seed compute saving against 0 (threshold chosen on "
                                      f"calib, cost read on test, {ds0}; reached in {r['reached']}/{len(r['seeds'])} "
-                                     f"seeds)", note=_on_test(r), needs=EARLY, **at(ds)))
+                                     f"seeds)", note=_on_test(r), needs=EARLY,
+                                where=f"{TABLES}table2_early_exit_{ds0}.md", **at(ds)))
     out += _memory_claims(agg, d, ds0, ref, at("imagenet200")) + _static_claims(d, ds0, ref, at("imagenet100"))
     return out
 
@@ -130,7 +135,8 @@ def _memory_claims(agg: dict, d: dict, ds0: str, ref: dict, setting: dict) -> li
                                    f"{published:+.2f} points against the rounds without it", [with_key, without_key],
                                    published, m["difference"], test_id=f"memory round {r}",
                                    test=f"paired t, with - without memory at round {r}, {ds0}, seeds "
-                                        f"{d['memory_ablation']['seeds']}", needs=EARLY, **setting))
+                                        f"{d['memory_ablation']['seeds']}", needs=EARLY,
+                                   where=f"{TABLES}table1_exits_{ds0}.md", **setting))
     for row in d.get("memory_early_exit", []):
         tok = d["models"][row["budget_model"]]["tokens"][0]
         with_key = ("imagenet200", f"early exit at static-{tok}", "top1")
@@ -142,7 +148,7 @@ def _memory_claims(agg: dict, d: dict, ds0: str, ref: dict, setting: dict) -> li
                                    [with_key, without_key], published, row["difference"],
                                    test_id=f"memory early exit {tok}",
                                    test=f"paired t, early exit with - without memory at the static-{tok} cost, {ds0}",
-                                   needs=EARLY, **setting))
+                                   needs=EARLY, where=f"{TABLES}table2_early_exit_{ds0}.md", **setting))
     return out
 
 
@@ -155,7 +161,8 @@ def _static_claims(d: dict, ds0: str, ref: dict, setting: dict) -> list[Claim]:
         out.append(differenced("003-round1-vs-static9", DOC, f"on imagenet100, round 1 is {ref[r1] - ref[s9]:+.2f} "
                                "points against a static 9-token model of the same cost", [r1, s9], ref[r1] - ref[s9],
                                first and first["difference"], test_id="round 1 - static-9",
-                               test=f"paired t, round 1 - static-9, {ds0}", needs=("round1_trained",), **setting))
+                               test=f"paired t, round 1 - static-9, {ds0}", needs=("round1_trained",),
+                               where=f"{TABLES}table1_exits_{ds0}.md", **setting))
     last = ("imagenet100", "recurrent exit 3", "top1")
     for tok in (36, 49):
         key = ("imagenet100", f"static-{tok}", "top1")
@@ -165,7 +172,8 @@ def _static_claims(d: dict, ds0: str, ref: dict, setting: dict) -> list[Claim]:
                                    f"is more accurate than the recurrent model's last exit "
                                    f"({ref[last] - ref[key]:+.2f} points)", [last, key], ref[last] - ref[key],
                                    check and check["difference"], test_id=f"last exit - static-{tok}",
-                                   test=f"paired t, last exit - static-{tok}, {ds0}", **setting))
+                                   test=f"paired t, last exit - static-{tok}, {ds0}",
+                                   where=f"{TABLES}table1_exits_{ds0}.md", **setting))
     return out
 
 

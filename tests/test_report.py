@@ -1,0 +1,149 @@
+"""The report a person opens offline: reports/index.html (every ledger row, its per-seed values, no network) and
+`make plots` (DVC's plots page with the Vega libraries from vl-convert-python instead of a CDN), checked in headless
+Chromium with every host name unresolvable: every chart drawn, nothing requested outside file://, a screenshot
+that is not blank."""
+import csv
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from itervision.reporting.html_report import build, seeds_svg
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (make browser installs the Debian "
+                                                              "package as root)")
+
+
+class Claims(HTMLParser):
+    """The report's ledger rows: test id -> {field: text}."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.current, self.dt, self.field = {}, None, None, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "details" and "data-test" in attrs:
+            self.current = self.rows.setdefault(attrs["data-test"], {"svg": 0})
+        elif tag == "svg" and self.current is not None:
+            self.current["svg"] += 1
+        elif tag in ("dt", "dd"):
+            self.field = tag
+
+    def handle_endtag(self, tag):
+        if tag == "details":
+            self.current = None
+        if tag in ("dt", "dd"):
+            self.field = None
+
+    def handle_data(self, data):
+        if self.current is None or self.field is None:
+            return
+        if self.field == "dt":
+            self.dt = data
+        else:
+            self.current[self.dt] = self.current.get(self.dt, "") + data
+
+
+def test_a_claims_chart_draws_its_seeds_interval_and_published_value():
+    svg = seeds_svg({"per_seed": [-1.0, -0.5, 0.2], "mean": -0.43, "half_width": 0.9, "published": [0.2, 0.7],
+                     "null": 0.0, "unit": "points"})
+    assert svg.count('class="seed"') == 3 and svg.count('class="published"') == 3  # a band and two lines
+    assert 'class="interval"' in svg and 'class="mean"' in svg
+    xs = [float(x) for x in re.findall(r'class="seed" cx="([\d.]+)"', svg)]
+    assert xs == sorted(xs) and 10 <= min(xs) and max(xs) <= 350  # in order, inside the plot
+
+
+def test_the_report_is_one_file_that_names_what_it_reports(tmp_path):
+    """A page from fixed inputs: header fields, one row per ledger entry, the environments with a warning when they
+    differ, no reference to anything outside the page but relative links to local tables."""
+    from datetime import datetime, timezone
+
+    entry = {"test_id": "t1", "claim": "A beats B", "reference": "x/y/z", "source": "s", "fidelity": "proxy",
+             "claimed_setting": "c", "tested_setting": "t", "published": "1", "estimate": "0.5 ± 0.1 (n 5)",
+             "per_seed": "0.4 0.5 0.6", "test": "direction", "p_holm": "0.01", "p_size_holm": "", "indicators": "",
+             "verdict": "holds at the proxy", "reason": "r", "seeds_needed_80pct": "", "where": "metrics/x.md",
+             "plot": {"per_seed": [0.4, 0.5, 0.6], "mean": 0.5, "half_width": 0.1, "published": [1.0], "null": 0.0}}
+    ledger = {"documents": {"doc": {"family": {"t1": {"p": 0.005, "p_holm": 0.01, "family": "Holm over 1"}},
+                                    "entries": [entry, {**entry, "test_id": "t2", "plot": None}]}}}
+    envs = [{"torch": "2.14.1", "runs": ["a"]}, {"torch": "2.15.0", "runs": ["b"]}]
+    page = build(tmp_path, "cpu", ledger, {"doc": {"proxy": {"tests": 2, "claims": 2, "holds at the proxy": 2}}},
+                 {"doc": {"environments": envs}}, now=datetime(2026, 12, 5, tzinfo=timezone.utc))
+    parsed = Claims()
+    parsed.feed(page)
+    assert set(parsed.rows) == {"t1", "t2"} and parsed.rows["t1"]["svg"] == 1 and parsed.rows["t2"]["svg"] == 0
+    assert parsed.rows["t1"]["per seed"] == "0.4 0.5 0.6" and parsed.rows["t1"]["family"] == "Holm over 1"
+    assert "Scale</b> cpu" in page and "2026-12-05 00:00 UTC" in page and "dvc.lock digest" in page
+    assert "come from 2 different environments" in page
+    assert not re.search(r"""(src|href)=["']https?://""", page) and 'href="../metrics/x.md"' in page
+
+
+@pytest.mark.slow
+def test_the_built_report_lists_every_ledger_row_with_its_per_seed_values(built_repo):
+    page = (built_repo / "reports/index.html").read_text()
+    parsed = Claims()
+    parsed.feed(page)
+    with open(built_repo / "metrics/claims.csv") as f:
+        ledger = list(csv.DictReader(f))
+    assert set(parsed.rows) == {r["test_id"] for r in ledger}
+    for r in ledger:
+        assert parsed.rows[r["test_id"]].get("per seed", "") == r["per_seed"], r["test_id"]
+        assert (parsed.rows[r["test_id"]]["svg"] == 1) == (r["kind"] == "statistical")
+
+
+def chromium(url: str, tmp_path, *extra) -> tuple[str, dict]:
+    """Headless Chromium with every host name unresolvable: (the DOM after the scripts ran, the net log)."""
+    netlog = tmp_path / "net.json"
+    r = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=15000",
+                        f"--log-net-log={netlog}", "--net-log-capture-mode=Default", *extra, url],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout, json.loads(netlog.read_text()) if netlog.exists() and netlog.stat().st_size else {}
+
+
+def requested_urls(netlog: dict) -> set:
+    urls = set()
+    for event in netlog.get("events", []):
+        url = (event.get("params") or {}).get("url")
+        if url:
+            urls.add(url)
+    return urls
+
+
+def not_blank(png) -> float:
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(png).convert("L"), dtype=np.float64)
+    return float(pixels.std())
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_dvc_plots_and_the_report_draw_everything_offline(built_repo, tmp_path):
+    subprocess.run(["make", "plots"], cwd=built_repo, check=True, capture_output=True)
+    page = built_repo / "dvc_plots/index.html"
+    charts = page.read_text().count("vegaEmbed(")
+    dom, netlog = chromium(page.as_uri(), tmp_path, "--dump-dom")
+    drawn = len(re.findall(r'<(svg|canvas)[^>]*class="marks"', dom))
+    assert charts >= 8 and drawn == charts, (charts, drawn)
+    outside = {u for u in requested_urls(netlog) if not u.startswith(("file://", "data:", "blob:", "about:"))}
+    assert not outside, sorted(outside)[:5]
+    shot = tmp_path / "plots.png"
+    chromium(page.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1200,1600")
+    assert not_blank(shot) > 10
+
+    report = built_repo / "reports/index.html"
+    dom, netlog = chromium(report.as_uri(), tmp_path, "--dump-dom")
+    rows = len(json.loads((built_repo / "metrics/ledger.json").read_text())["documents"]["recursive"]["entries"])
+    assert dom.count('<details class="claim"') >= rows and dom.count("<img") >= 4
+    outside = {u for u in requested_urls(netlog) if not u.startswith(("file://", "data:", "about:"))}
+    assert not outside, sorted(outside)[:5]
+    shot = tmp_path / "report.png"
+    chromium(report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=412,900")  # a phone's width
+    assert not_blank(shot) > 10

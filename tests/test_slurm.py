@@ -1,0 +1,93 @@
+"""The campaign on a real SLURM: a single-node cluster on this machine (Debian's slurmctld, slurmd and munge, set
+up by tests/slurm_single_node.sh as root), Dask workers as SLURM jobs through dask_jobqueue.SLURMCluster, the
+tiny-scale recursive study's runs executed there. The metrics equal the sequential `dvc repro`'s, and a worker's
+job cancelled with `scancel` mid-run has its run retried, resuming from its checkpoint. Skipped with one line
+where SLURM cannot be started (not root, no apt)."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import ROOT, make_repo, sh
+from test_campaign import ENV, campaign, run_processes
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("slurm")
+    r = subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "start", str(d)], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode == 3:
+        pytest.skip(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stdout + r.stderr
+    conf = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # sbatch, squeue and scancel of dask-jobqueue read it
+    yield conf
+    subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "stop", str(d)], timeout=60)
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+
+
+def job_of(pid: int) -> str | None:
+    """The SLURM job a process runs in (its SLURM_JOB_ID)."""
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    return next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURM_JOB_ID=")), None)
+
+
+def test_the_campaign_runs_on_slurm_and_a_cancelled_job_resumes_its_run(built_repo, tmp_path, slurm):
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    repo = make_repo(tmp_path / "repo")
+    cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
+                           python=sys.executable, log_directory=str(tmp_path / "logs"),
+                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": None},
+                           job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
+    cancelled = []
+
+    def cancel_a_job():  # scancel the job of a worker whose run has written a checkpoint
+        deadline = time.time() + 600
+        while time.time() < deadline and not cancelled:
+            for pid, _, ckpt in run_processes(repo):
+                job = job_of(pid)
+                if ckpt.exists() and job:
+                    subprocess.run(["scancel", job], check=True)  # the whole job: its worker and its run
+                    time.sleep(0.5)
+                    if ckpt.exists():  # still there: the run was mid-way, so its retry must resume from it
+                        cancelled.append((job, ckpt))
+                    break
+            time.sleep(0.05)
+
+    try:
+        cluster.scale(jobs=2)
+        with Client(cluster) as client:
+            client.wait_for_workers(2, timeout=180)
+        watcher = threading.Thread(target=cancel_a_job, daemon=True)
+        watcher.start()
+        t0 = time.time()
+        r = campaign(repo, "--scheduler", cluster.scheduler_address, "aggregate_recursive")
+        watcher.join(timeout=1)
+        print(f"SLURM campaign: {time.time() - t0:.0f} s")
+    finally:
+        cluster.close()
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert cancelled, "no job was cancelled"
+    job, ckpt = cancelled[0]
+    model, seed = ckpt.parts[-3], ckpt.parts[-2].removeprefix("seed")
+    assert f"(resuming {model} seed {seed} at step" in r.stdout, r.stdout[-3000:]  # retried from its checkpoint
+    assert " 0 failed" in r.stdout
+    ours = json.loads((repo / "metrics/recursive.json").read_text())
+    assert ours == json.loads((built_repo / "metrics/recursive.json").read_text())  # the sequential repro's numbers
+    assert "up to date" in sh("dvc status aggregate_recursive", repo)
