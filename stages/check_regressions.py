@@ -47,11 +47,11 @@ def main(argv=None):
         old, new = side_at(args.rev), workspace_side()
     else:
         raise UserError("give a git revision (e.g. main) or --diff-json FILE")
-    require_keys(new, expected_keys(p), "new")
+    rows = compare(old, new, min_drop)  # values first: NaN, negative intervals, a key gone from the new side
+    status = verdict_of(rows)
+    require_keys(new, expected_keys(p), "new")  # then completeness: a partial comparison cannot pass
     if args.diff_json:  # a saved diff must hold the whole baseline too (a revision's metrics are read whole)
         require_keys(old, expected_keys(p), "baseline")
-    rows = compare(old, new, min_drop)
-    status = verdict_of(rows)
     for line in format_rows(rows):
         print(line)
     bad = [r for r in rows if r["verdict"].startswith("REGRESSION")]

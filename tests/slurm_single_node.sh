@@ -13,7 +13,7 @@ stop() {
   for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid"; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
-  [ -f "$dir/munge/munged.pid" ] && kill "$(cat "$dir/munge/munged.pid")" 2>/dev/null || true
+  [ -f /run/munge/itervision-munged.pid ] && kill "$(cat /run/munge/itervision-munged.pid)" 2>/dev/null || true
   sleep 1
 }
 
@@ -23,14 +23,13 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge) \
     >/dev/null 2>&1 || { echo "skip: apt-get could not install slurmctld, slurmd, slurm-client and munge"; exit 3; }
 fi
-mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
-chown munge:munge "$dir/munge"
+mkdir -p "$dir/state" "$dir/spool"
 [ -s /etc/munge/munge.key ] || { mungekey --create --force >/dev/null 2>&1 || \
   dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null; }
 chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
 mkdir -p /run/munge /var/lib/munge /var/log/munge && chown munge:munge /run/munge /var/lib/munge /var/log/munge
 if ! pgrep -x munged >/dev/null; then
-  runuser -u munge -- munged --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log"
+  runuser -u munge -- munged --pid-file=/run/munge/itervision-munged.pid --log-file=/var/log/munge/itervision-munged.log
 fi
 host=$(hostname -s)
 cpus=$(nproc)

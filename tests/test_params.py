@@ -82,7 +82,7 @@ def test_the_shipped_scales_are_valid():
     ("ablation_seeds", [1, 2], "must be a prefix of seeds"),
     ("recursive.main", ["sa-mlp", "dsa-moe", "nope"], "unknown model 'nope'"),
     ("recursive.baseline", "dsa-moe-k2", "recursive.baseline 'dsa-moe-k2' must be one of recursive.main"),
-    ("recursive.k_ablation", ["dsa-moe-k2", "dsa-moe-k6"], "must include the reference model 'dsa-moe'"),
+    ("recursive.k_ablation", ["dsa-moe-k2", "dsa-moe-soft"], "must include the reference model 'dsa-moe'"),
     ("sparseformer.target_model", "sf-recurrent", "target_model 'sf-recurrent' is not in sparseformer.static"),
     ("sparseformer.budget_models", ["sf-static-9", "sf-nope"], "budget_models names 'sf-nope'"),
     ("sparseformer.static", ["sf-static-9", "sf-static-16", "sf-static-25", "sf-recurrent"],
@@ -125,7 +125,7 @@ def test_keys_that_cannot_matter_to_a_model_never_reach_its_config():
     before, after = resolved_configs(p), resolved_configs(changed)
     differs = sorted(m for (ds, m) in before if before[(ds, m)]["model.json"] != after[(ds, m)]["model.json"])
     # dense models and the models with their own k are untouched; the encoder-only baseline reads no attention key
-    assert differs == ["dsa-moe", "dsa-moe-soft", "dsa-moe-steps2", "dsa-moe-steps4"]
+    assert differs == ["dsa-moe", "dsa-moe-soft", "dsa-moe-steps4"]
 
 
 def test_study_train_keys_and_by_dataset_layer_on_the_train_group():

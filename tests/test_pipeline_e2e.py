@@ -103,7 +103,8 @@ def test_adding_a_seed_runs_only_the_new_runs_and_the_gate_reads_the_diff(repo, 
                           cwd=repo, capture_output=True, text=True)
     assert gate.returncode in (0, 1) and "accuracy metrics compared" in gate.stdout
     shown = sh("dvc exp show --md --only-changed --drop 'Created|State|Executor'", repo)
-    assert "ablation_seeds" in shown and max(len(line) for line in shown.splitlines()) < 4000
+    # a readable width: claims.json's per-document, per-fidelity verdict counts add columns when verdicts move
+    assert "ablation_seeds" in shown and max(len(line) for line in shown.splitlines()) < 5000
 
 
 def free_port() -> int:
