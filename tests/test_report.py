@@ -15,8 +15,8 @@ import pytest
 from itervision.reporting.html_report import build, seeds_svg
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (make browser installs the Debian "
-                                                              "package as root)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium: the "
+                                                              "set-up does not install it)")
 
 
 class Claims(HTMLParser):
