@@ -207,12 +207,18 @@ def tagged_tests(tree) -> dict:
     return out
 
 
+def _spread(values):
+    """The finite values as an array, or None when no t-test is defined (fewer than 2, or no spread)."""
+    v = np.asarray([x for x in values if _finite(x)], dtype=np.float64)
+    return v if len(v) >= 2 and float(v.std(ddof=1)) > 0.0 else None
+
+
 def size_test(values, low: float, high: float) -> dict:
     """values (in the claimed direction's units) against the published range [low, high]: the one-sided t-test
     below `low` and the one above `high`, each at alpha / 2, so p = 2 min(p_below, p_above) (for low == high the
     two-sided test against the published value). Returns p and which side it points to."""
-    v = np.asarray([x for x in values if _finite(x)], dtype=np.float64)
-    if len(v) < 2 or float(v.std(ddof=1)) == 0.0:
+    v = _spread(values)
+    if v is None:
         return {"p": float("nan"), "side": None}
     below = float(sps.ttest_1samp(v, low, alternative="less").pvalue)
     above = float(sps.ttest_1samp(v, high, alternative="greater").pvalue)
@@ -222,8 +228,8 @@ def size_test(values, low: float, high: float) -> dict:
 def tost(values, bound: float) -> float:
     """TOST equivalence p of the mean within (-bound, +bound): the larger of the two one-sided t-test p-values
     (scipy's ttest_1samp with `alternative`; statsmodels' ttost_paired gives the same, one dependency more)."""
-    v = np.asarray([x for x in values if _finite(x)], dtype=np.float64)
-    if len(v) < 2 or bound <= 0 or float(v.std(ddof=1)) == 0.0:
+    v = _spread(values)
+    if v is None or bound <= 0:
         return float("nan")
     return max(float(sps.ttest_1samp(v, -bound, alternative="greater").pvalue),
                float(sps.ttest_1samp(v, bound, alternative="less").pvalue))
@@ -354,10 +360,10 @@ def indicators(e: Entry) -> dict:
     if rng is not None and _finite(half):
         lo, hi = sorted(c.null + c.direction * x for x in rng)
         out["published_in_ci"] = bool(mean - half <= hi and lo <= mean + half)
-        out["tost_p"] = tost(values, min(abs(x) for x in rng))
+        smallest = min(abs(x) for x in rng)
+        out["tost_p"] = tost(values, smallest)
         if _finite(sd):
-            out["telescope"] = (f"seed SD {sd:.3g} {'>' if sd > min(abs(x) for x in rng) else '<='} |published| "
-                                f"{min(abs(x) for x in rng):.3g}")
+            out["telescope"] = f"seed SD {sd:.3g} {'>' if sd > smallest else '<='} |published| {smallest:.3g}"
     if "wins" in est and n:  # A - B as the test states it, over the seed pairs
         out["p_improvement_paired"] = (est["wins"] + 0.5 * est.get("ties", 0)) / n
     boot = est.get("bootstrap") or {}

@@ -115,21 +115,20 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
     out += _accounting(paper, ref)
     out.append(_training_time(agg, ref, at("all")))
     out.append(_k_cost(agg, ref, at("cifar10")))
-    depth = next((r for r in agg["depth_ablation"] if r.get("difference")), None)
-    if depth:
-        d = depth["difference"]
-        out.append(differenced("000-depth", DOC, "accuracy improves with recursion depth (from 4 to 8-16 "
-                               "steps; no size published)", [], None, _negated(d), test_id="depth",
-                               test=f"paired t, {d['against']} - {d['model']} ({depth['steps']} steps)", direction=1,
-                               needs=("claimed_depths", "recursion"), where=TABLES + "table4_depth_ablation.md",
-                               **at("all")))
-    soft = next((r for r in agg["embedding_ablation"] if r.get("difference")), None)
-    if soft:
-        d = soft["difference"]
-        out.append(differenced("000-hard-embedding", DOC, "the hard prediction embedding is the better "
-                               "operating point (no size published)", [], None, _negated(d), test_id="embedding",
-                               test=f"paired t, {d['against']} (hard) - {d['model']} (soft)", direction=1,
-                               needs=("recursion",), where=TABLES + "table5_embedding_ablation.md", **at("all")))
+    # the reference model against the ablation's other row (both claims state the reference as the better one)
+    for ablation, cid, statement, test_id, label, needs, table in (
+            ("depth_ablation", "000-depth", "accuracy improves with recursion depth (from 4 to 8-16 steps; no size "
+             "published)", "depth", "{a} - {m} ({steps} steps)", ("claimed_depths", "recursion"),
+             "table4_depth_ablation.md"),
+            ("embedding_ablation", "000-hard-embedding", "the hard prediction embedding is the better operating "
+             "point (no size published)", "embedding", "{a} (hard) - {m} (soft)", ("recursion",),
+             "table5_embedding_ablation.md")):
+        row = next((r for r in agg[ablation] if r.get("difference")), None)
+        if row:
+            d = row["difference"]
+            test = "paired t, " + label.format(a=d["against"], m=d["model"], steps=row.get("steps"))
+            out.append(differenced(cid, DOC, statement, [], None, _negated(d), test_id=test_id, test=test, direction=1,
+                                   needs=needs, where=TABLES + table, **at("all")))
     return out
 
 
