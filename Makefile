@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: repro status-clean test test-fast plots setup data check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
-	gpu-benchmark pipelines campaign
+.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
+	gpu-benchmark pipelines campaign settle
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
 # before DVC reads them; outputs already in the DVC remote are pulled instead of rebuilt (by the hashes in
@@ -44,7 +44,7 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
-setup: $(STAMP) data
+setup: $(STAMP) data browser
 
 # The venv is (re)built when missing or older than pyproject.toml; a no-op otherwise.
 $(STAMP): pyproject.toml
@@ -62,6 +62,14 @@ data:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
 	      || echo "warning: apt-get could not install dataset-fashion-mnist"; \
 	  else echo "warning: Fashion-MNIST not installed and apt-get unusable; set data.roots.fashion_mnist"; fi; \
+	fi
+
+# Headless Chromium (Debian package) for the offline-report test (tests/test_report.py); that test skips without it.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium (Debian package, for the offline-report test)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "warning: apt-get could not install chromium; tests/test_report.py will skip its browser checks"; \
 	fi
 
 # The gate's own exit status is 0 pass, 1 regression, 2 usage error; GNU make reports any failure as 2, so CI
@@ -98,6 +106,14 @@ benchmark: setup
 # so it runs with a machine's own python too: `make gpu-benchmark PY=python3`.
 gpu-benchmark:
 	PYTHONPATH=src $(PY) benchmarks/gpu_speed.py
+
+# Extra seeds for an open claim's test under a group-sequential design (docs/settle.md):
+#   make settle LIST=1                                   every open test: its plan, runs and minutes
+#   make settle CLAIM='dsa-moe-k2 - dsa-moe' [MINUTES=N] [INTERIM=1] [DRY=1]
+#   make settle ALL=1 MINUTES=N                          the open tests that fit, most power per minute first
+settle: setup
+	$(PY) -m itervision.pipeline.settle $(if $(CLAIM),"$(CLAIM)") $(if $(MINUTES),--minutes $(MINUTES)) \
+	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(ALL),--all-open) $(if $(LIST),--list)
 
 # Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).
 plots: setup

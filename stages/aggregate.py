@@ -26,6 +26,9 @@ def main(argv=None):
     analysis = STUDIES[args.study].part("analysis")
     files = study_metrics(args.study)
     agg = {"scale": p.scale, **analysis.aggregate(p)}
+    settle = {tid: d for tid, d in p.settle_claims.items() if d.get("study") == args.study}
+    if settle:  # the sequential designs of the claims make settle added seeds to (the ledger applies them)
+        agg["settle"] = settle
     write_json(files["aggregate"], agg)
     write_json(files["summary"], finite_or_none(analysis.summary_metrics(agg)))
     write_json(files["timing"], finite_or_none(analysis.timing_metrics(agg)))

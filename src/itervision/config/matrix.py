@@ -24,8 +24,17 @@ def is_ablation(p: Params, model: str) -> bool:
     return model in p.study(study_of(p, model)).ablations
 
 
-def seeds_for(p: Params, model: str) -> list[int]:
-    return p.ablation_seeds if is_ablation(p, model) else p.seeds
+def seeds_for(p: Params, model: str, dataset: str | None = None) -> list[int]:
+    """The model's seeds: `seeds` (main) or `ablation_seeds`, then on `dataset` the extra seeds that make settle
+    gave it (params settle.runs; none in the default run)."""
+    base = p.ablation_seeds if is_ablation(p, model) else p.seeds
+    return base + p.settle_runs.get((dataset, model), []) if dataset is not None else list(base)
+
+
+def common_seeds(p: Params, dataset: str, *models: str) -> list[int]:
+    """The seeds every one of `models` has on `dataset`, in order: what a paired comparison of them uses."""
+    first = seeds_for(p, models[0], dataset)
+    return [s for s in first if all(s in seeds_for(p, m, dataset) for m in models[1:])]
 
 
 def model_datasets(p: Params, model: str) -> list[str]:
@@ -42,7 +51,7 @@ def study_models(p: Params, study: str) -> list[tuple[str, str]]:
 def expected_runs(p: Params, study: str) -> list[RunRecord]:
     """Every (dataset, model, seed) the params say exists for a study."""
     return [RunRecord(study, ds, m, seed, is_ablation(p, m)) for ds, m in study_models(p, study)
-            for seed in seeds_for(p, m)]
+            for seed in seeds_for(p, m, ds)]
 
 
 def dataset_shape(p: Params, dataset: str) -> tuple[int, int]:

@@ -116,6 +116,8 @@ class Params:
     profile: ProfileConfig
     report: ReportParams
     raw: dict = dataclasses.field(repr=False)
+    settle_claims: dict = dataclasses.field(default_factory=dict)   # test id -> its sequential design and looks
+    settle_runs: dict = dataclasses.field(default_factory=dict)     # (dataset, model) -> the extra seeds, sorted
 
     def study(self, name: str):
         return self.studies[name]
@@ -129,6 +131,7 @@ class Params:
 GROUPS = {"data": DataParams, "subset": SubsetParams, "run": RunParams, "train": TrainParams,
           "evaluate": EvaluateConfig, "profile": ProfileConfig, "report": ReportParams}
 TOP_LEVEL = set(GROUPS) | set(STUDIES) | {"scale", "seeds", "ablation_seeds", "architectures", "models"}
+OPTIONAL = {"settle"}  # make settle (pipeline/settle.py) writes it; absent or empty: no extra seeds
 
 
 def read_yaml_mapping(path: str | Path) -> dict:
@@ -189,9 +192,9 @@ def _seed_list(raw, name: str) -> list:
 
 def check_params(raw: dict) -> Params:
     """Every group, every model on every dataset it runs on, and the rules across groups."""
-    unknown = sorted(set(raw) - TOP_LEVEL)
+    unknown = sorted(set(raw) - TOP_LEVEL - OPTIONAL)
     if unknown:
-        raise UserError(f"unknown params group '{unknown[0]}'; valid groups: {', '.join(sorted(TOP_LEVEL))}")
+        raise UserError(f"unknown params group '{unknown[0]}'; valid groups: {', '.join(sorted(TOP_LEVEL | OPTIONAL))}")
     for name in sorted(TOP_LEVEL - {"scale"}):
         if name not in raw:
             raise UserError(f"params group '{name}' is missing; add it to params.yaml")
@@ -208,7 +211,38 @@ def check_params(raw: dict) -> Params:
     p = Params(scale=scale, seeds=seeds, ablation_seeds=abl, studies=studies, raw=raw, **groups)
     _check_datasets(p)
     _check_models(p)
-    return p
+    claims, runs = _settle(p, raw.get("settle"))
+    return dataclasses.replace(p, settle_claims=claims, settle_runs=runs)
+
+
+def _settle(p: Params, raw) -> tuple[dict, dict]:
+    """The settle group: {"claims": {test id: design}, "runs": {study: {stage key: {dataset, model, seed}}}}. Every
+    extra run names a model of that study, a dataset it runs on, and a seed it does not already have."""
+    if raw is None:
+        return {}, {}
+    fix = "restore it with `git checkout params.yaml` or write it again with make settle"
+    if not isinstance(raw, dict) or set(raw) - {"claims", "runs"}:
+        raise UserError(f"params group 'settle' must be a mapping with keys claims and runs; {fix}")
+    claims, by_study = raw.get("claims") or {}, raw.get("runs") or {}
+    if not isinstance(claims, dict) or not isinstance(by_study, dict):
+        raise UserError(f"params settle.claims and settle.runs must be mappings; {fix}")
+    runs: dict = {}
+    for study, entries in by_study.items():
+        if study not in p.studies:
+            raise UserError(f"params settle.runs names study '{study}'; studies: {', '.join(p.studies)}")
+        s = p.study(study)
+        for key, r in (entries or {}).items():
+            if not isinstance(r, dict) or set(r) != {"dataset", "model", "seed"}:
+                raise UserError(f"params settle.runs.{study}.{key} must be {{dataset, model, seed}}; {fix}")
+            m, ds, seed = r["model"], r["dataset"], r["seed"]
+            if m not in s.main + s.ablations or ds not in (s.datasets if m in s.main else s.ablation_datasets):
+                raise UserError(f"params settle.runs.{study}.{key}: model '{m}' does not run on '{ds}' in {study}")
+            base = p.seeds if m in s.main else p.ablation_seeds
+            _seed_list([seed], f"settle.runs.{study}.{key}.seed")
+            if seed in base or seed in runs.get((ds, m), []):
+                raise UserError(f"params settle.runs.{study}.{key}: seed {seed} of {m} on {ds} already runs; {fix}")
+            runs.setdefault((ds, m), []).append(seed)
+    return claims, {k: sorted(v) for k, v in runs.items()}
 
 
 # Folders a data source must never resolve to: DVC would hash the whole tree (a symlink to / failed deep inside

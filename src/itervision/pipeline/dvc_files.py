@@ -115,7 +115,7 @@ def root_file() -> str:
         files = {k: str(v) for k, v in study_metrics(name).items()}
         aggregate = code_deps(ROOT / "stages/aggregate.py", ROOT / study.module_file("analysis"))
         lines += _stage(f"aggregate_{name}", cmd=f"python stages/aggregate.py --study {name}",
-                        deps=aggregate + [str(RUNS_ROOT / name)], params=["scale", "seeds", "ablation_seeds", name],
+                        deps=aggregate + [str(RUNS_ROOT / name)], params=["scale", "seeds", "ablation_seeds", name, "settle"],
                         outs=[(files["aggregate"], True)], metrics=[(files["summary"], True), (files["timing"], True)])
         report = code_deps(ROOT / "stages/report.py", ROOT / study.module_file("tables"),
                            ROOT / study.module_file("figures"))
@@ -171,6 +171,14 @@ def study_file(study: Study, ablation: bool) -> str:
                     deps=run + [f"{resolved}/model.json", f"{resolved}/run.json", "data/prepared/${item.dataset}"],
                     params=["run.launcher"],
                     outs=[f"runs/{study.name}/${{item.dataset}}/${{item.model}}/seed${{item.seed}}"])
+    if not ablation:  # the extra seeds of make settle (params settle.runs; none in the default run)
+        lines += _stage(f"{run_stage(study.name, False)}_settle", wdir="../..",
+                        foreach=f"${{settle.runs.{study.name}}}",
+                        cmd=f"${{run.launcher}} stages/run.py --study {study.name} --dataset ${{item.dataset}} "
+                            f"--model ${{item.model}} --seed ${{item.seed}}",
+                        deps=run + [f"{resolved}/model.json", f"{resolved}/run.json", "data/prepared/${item.dataset}"],
+                        params=["run.launcher"],
+                        outs=[f"runs/{study.name}/${{item.dataset}}/${{item.model}}/seed${{item.seed}}"])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

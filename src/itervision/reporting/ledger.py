@@ -242,7 +242,9 @@ def _directed(c: Claim) -> list:
 
 def families(entries: list[Entry], aggregates: dict) -> dict:
     """{document: {test_id: {"p", "p_holm", "what"}}}: Holm once per document over every test its report prints
-    (the aggregate's tagged comparisons), the ledger's own direction tests, and its size tests."""
+    (the aggregate's tagged comparisons), the ledger's own direction tests, and its size tests. A settled test
+    (make settle) enters with its sequential design's stagewise p, and has no size test (its looks were chosen
+    for the direction test)."""
     from itervision.stats import holm
 
     out = {}
@@ -252,6 +254,9 @@ def families(entries: list[Entry], aggregates: dict) -> dict:
             if e.document != doc or e.kind != "statistical":
                 continue
             tests.setdefault(e.test_id, {"p": e.first.estimate.get("p"), "what": "direction"})
+            if "sequential" in e.results:
+                tests[e.test_id] = {"p": e.results["sequential"]["p"], "what": "direction (sequential)"}
+                continue
             rng = e.published_range
             if rng is not None:
                 e.results["size"] = size_test(_directed(e.first), *rng)
@@ -276,6 +281,10 @@ def assess(claims: list[Claim], aggregates: dict | None = None, checks: dict | N
     aggregates: {document: aggregate.json}; checks: {document: {name: {"ok", "figure"}}} (mechanism checks).
     Returns (entries, families)."""
     entries = group(claims)
+    for e in entries:
+        design = ((aggregates or {}).get(e.document, {}).get("settle") or {}).get(e.test_id)
+        if design and e.kind == "statistical":
+            e.results["sequential"] = settled(e, design)
     fam = families(entries, aggregates or {})
     for e in entries:
         if e.kind == "statistical":
@@ -285,9 +294,18 @@ def assess(claims: list[Claim], aggregates: dict | None = None, checks: dict | N
                 e.results["size"]["p_holm"] = fam[e.document][size_id(e.test_id)]["p_holm"]
             e.results.update(indicators(e))
         e.results["outcome"], e.results["verdict"], e.results["reason"] = judge(e, (checks or {}).get(e.document, {}))
-        if e.results["outcome"] == "inconclusive":
+        if e.results["outcome"] == "inconclusive" and "sequential" not in e.results:
             e.results["seeds_needed"] = seeds_range(e)
     return entries, fam
+
+
+def settled(e: Entry, design: dict) -> dict:
+    """The sequential test of a settled entry over its per-seed values (in seed order) at the looks make settle
+    took (stats/sequential.py)."""
+    from itervision.stats.sequential import evaluate
+
+    return {**evaluate(_directed(e.first), design["looks"], design["max_n"], design.get("alpha", ALPHA)),
+            "design": design}
 
 
 def judge(e: Entry, checks: dict) -> tuple[str, str, str]:
@@ -305,6 +323,8 @@ def judge(e: Entry, checks: dict) -> tuple[str, str, str]:
         failed = [f for f in failed if not f["ok"]]
         if failed:
             return "not_exercised", "not exercised at the proxy", "; ".join(f["figure"] for f in failed)
+    if "sequential" in e.results:
+        return _judge_sequential(e)
     if n < MIN_N_VERDICT:
         return "descriptive", f"inconclusive (n = {n})", f"fewer than {MIN_N_VERDICT} seeds: descriptive only"
     outcome, reason = _outcome(e)
@@ -330,6 +350,25 @@ def _outcome(e: Entry) -> tuple[str, str]:
     if not _finite(p):
         return "inconclusive", "no p (constant per-seed values)"
     return "inconclusive", f"{direction}" + (f", {size_txt}" if size else "") + f": neither below {ALPHA}"
+
+
+def _judge_sequential(e: Entry) -> tuple[str, str, str]:
+    """A settled entry: the sequential design's decision, gated by the document's Holm family like every test."""
+    c, r, seq = e.first, e.results, e.results["sequential"]
+    looks = seq["looks"]
+    last = looks[-1]
+    where = (f"settled by a {seq['procedure']} (alpha {seq['alpha']:g}, max n {seq['max_n']}; "
+             f"{len(looks)} look{'s' if len(looks) > 1 else ''} at n = {', '.join(str(x['n']) for x in looks)}): "
+             f"t {_num(last['t'])} against the boundary +-{_num(last['t_bound'])} at n = {last['n']}, stagewise p "
+             f"{_num(seq['p'])}, Holm p {_num(r.get('p_holm'))}")
+    scope = 0 if c.fidelity == "same" else 1
+    if seq["decision"] in ("holds", "reversed") and _finite(r.get("p_holm")) and r["p_holm"] < ALPHA:
+        return seq["decision"], WORDS[seq["decision"]][scope], where
+    if seq["decision"] == "done" or seq["decision"] in ("holds", "reversed"):
+        return "inconclusive", WORDS["inconclusive"][scope] + f" (settled, n = {last['n']})", \
+            where + ": no boundary crossed at the design's last look" * (seq["decision"] == "done")
+    return "open", f"inconclusive so far (settling: n = {last['n']} of {seq['max_n']})", \
+        where + f"; the sequence continues with make settle CLAIM='{e.test_id}'"
 
 
 def _judge_accounting(e: Entry) -> tuple[str, str, str]:
@@ -448,6 +487,8 @@ def _indicators(e: Entry) -> str:
 
 
 def _seeds(e: Entry) -> str:
+    if "sequential" in e.results:
+        return f"settling: max n {e.results['sequential']['max_n']}"
     s = e.results.get("seeds_needed")
     if e.results.get("outcome") != "inconclusive":
         return ""
@@ -464,6 +505,10 @@ def _tests(e: Entry) -> str:
     if e.kind != "statistical":
         return c.test
     out = f"direction: {c.test}"
+    if "sequential" in r:
+        seq = r["sequential"]
+        return out + f"; settled by a {seq['procedure']}, looks at n = " + ", ".join(
+            str(x["n"]) for x in seq["looks"]) + f" of max n {seq['max_n']}"
     if "size" in r:
         out += "; size: t-test against the published " + ("value" if len(set(
             x.published for x in e.claims)) == 1 else "range")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from itervision.config.matrix import seeds_for
+from itervision.config.matrix import common_seeds, seeds_for
 from itervision.config.params import Params, model_config
 from itervision.config.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, environments, learning_curve, load_study,
@@ -19,7 +19,9 @@ ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ab
 
 
 def _compare(runs, dataset, model, base, seeds, with_mcnemar=False) -> dict:
+    """model - base, paired over `seeds`; tagged with what make settle needs to add seeds to it."""
     out = paired_difference(series(runs, dataset, model, seeds, top1), series(runs, dataset, base, seeds, top1))
+    out["paired"] = {"dataset": dataset, "models": [model, base], "seeds": list(seeds)}
     if with_mcnemar:
         out["mcnemar"] = [mcnemar(runs[(dataset, model, s)]["pred"]["test"]["correct"][:, -1],
                                   runs[(dataset, base, s)]["pred"]["test"]["correct"][:, -1]) for s in seeds]
@@ -41,7 +43,7 @@ def accuracy(p: Params, runs: dict) -> tuple[dict, list]:
             values = series(runs, ds, m, p.seeds, top1)
             acc.setdefault(ds, {})[m] = {"top1": mean_ci(values), "per_seed": values}
             if m != s.baseline:
-                c = _compare(runs, ds, m, s.baseline, p.seeds, with_mcnemar=True)
+                c = _compare(runs, ds, m, s.baseline, common_seeds(p, ds, m, s.baseline), with_mcnemar=True)
                 comps.append({**c, "dataset": ds, "model": m, "against": s.baseline,
                               "test_id": test_id(ds, m, s.baseline)})
     return acc, comps
@@ -84,7 +86,8 @@ def ablation(p: Params, runs: dict, profiles: dict, name: str, key: str) -> list
                "avg_sparsity_measured": mean_ci(series(runs, ds, m, seeds, _measured_sparsity)),
                "macs_per_image": costs["macs_per_image"]}
         if m != s.reference:
-            row["difference"] = {**_compare(runs, ds, m, s.reference, seeds), "model": m, "against": s.reference,
+            pair = common_seeds(p, ds, m, s.reference)
+            row["difference"] = {**_compare(runs, ds, m, s.reference, pair), "model": m, "against": s.reference,
                                  "test_id": test_id(ds, m, s.reference)}
         rows.append(row)
     return rows
@@ -126,7 +129,7 @@ def extra_comparisons(p: Params, runs: dict) -> dict:
     out, ds0 = {}, s.datasets[0]
     if "sa-moe" in s.main and s.reference != "sa-moe":
         out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
-                                                                                           "sa-moe", p.seeds),
+                                                                          "sa-moe", common_seeds(p, ds0, s.reference, "sa-moe")),
                                       "test_id": test_id(ds0, s.reference, "sa-moe")}
     return out
 

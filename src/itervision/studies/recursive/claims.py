@@ -22,6 +22,13 @@ MIN_EXPERT_SHARE = 0.5      # of a uniform share: the least-used expert below ha
 TABLES = f"{study_metrics('recursive')['tables']}/"
 
 
+def seeds_text(seeds: list) -> str:
+    """The seeds a test pairs, as the table notes write them: a list, or a range once make settle extends it."""
+    if len(seeds) > 6 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}-{seeds[-1]} (n {len(seeds)})"
+    return f"seeds {list(seeds)}"
+
+
 def claimed_setting(dataset: str) -> dict:
     sizes = CLAIMED["img_size"]
     return {"dataset": dataset, "img_size": sizes.get(dataset, 32), "size": f"d {CLAIMED['dim']}, "
@@ -98,13 +105,14 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
                               ABSOLUTE, shown=ours["top1"] if ours else None, scale=100,
                               where=TABLES + "table1_accuracy.md", **at(ds)))
     margin = diffs.get((ds0, reference))
+    margin_seeds = seeds_text((margin or {}).get("paired", {}).get("seeds", agg["seeds"]))
     for bound in ("min", "max"):
         key = ("all", "dsa-moe", f"margin_over_sa_mlp_{bound}")
         out.append(differenced(
             f"000-margin-{bound}", DOC, f"DSA-MoE is more accurate than SA-MLP by {ref[key]:g} points (the "
             f"{'smallest' if bound == 'min' else 'largest'} published margin over the four datasets)",
             [key], ref[key], margin, test_id="dsa-moe - sa-mlp",
-            test=f"paired t, {reference} - {base} top-1 on {ds0}, seeds {agg['seeds']}",
+            test=f"paired t, {reference} - {base} top-1 on {ds0}, {margin_seeds}",
             needs=("dsa_sparse", "moe_routing"), where=TABLES + "table1_accuracy.md", **at("all")))
     vs_samoe = agg["extra_comparisons"].get("reference_vs_sa-moe")
     if vs_samoe:
@@ -145,7 +153,7 @@ def _k_cost(agg: dict, ref: dict, setting: dict) -> Claim:
         ref_row = rows.get(agg["reference"], {})
         test = (f"paired t, {drop['model']} - {drop['against']} (k {low['topk']} vs {ref_row.get('topk')}, sparsity "
                 f"{low['avg_sparsity_formula']:.2f} vs {ref_row.get('avg_sparsity_formula', float('nan')):.2f}) on "
-                f"{agg['ablation_dataset']}, seeds {agg['ablation_seeds']}")
+                f"{agg['ablation_dataset']}, {seeds_text(drop.get('paired', {}).get('seeds', agg['ablation_seeds']))}")
     return differenced("000-k2-cost", DOC, f"k = 2 costs {ref[key]:g} points of top-1 against k = 6 (75 % against 36 "
                        "% sparsity)", [key], -ref[key], drop, test_id="k smallest - reference", test=test, direction=-1,
                        needs=("dsa_sparse",), where=TABLES + "table3_k_ablation.md", **setting)

@@ -78,6 +78,12 @@ def calibration_per_exit(sw: Sweeps, model: str, seeds: list) -> list:
     return [mean_ci([v[e] for v in per_seed]) for e in range(len(per_seed[0]))]
 
 
+def paired(sw: Sweeps, models: list, seeds: list) -> dict:
+    """What make settle needs to add seeds to a paired test: the dataset, every model whose seeds it pairs, the
+    seeds used."""
+    return {"dataset": sw.dataset, "models": list(models), "seeds": list(seeds)}
+
+
 def matched_cost(sw: Sweeps, model: str, budget_model: str, budget_cost: float, seeds: dict) -> dict:
     """Table 2: early exit at the cost of a static model, the threshold chosen on calib, scored on test."""
     sds = [sd for sd in seeds[model] if sd in seeds[budget_model]]
@@ -99,7 +105,8 @@ def matched_cost(sw: Sweeps, model: str, budget_model: str, budget_cost: float, 
             "exit_share": [mean_ci([sh[r] for sh in shares]) for r in range(rounds)],
             "static_accuracy": mean_ci(static_acc),
             "difference": {**paired_difference(ee_acc, static_acc),
-                           "test_id": f"{sw.dataset}: early exit of {model} - {budget_model}"},
+                           "test_id": f"{sw.dataset}: early exit of {model} - {budget_model}",
+                           "paired": paired(sw, [model, budget_model], sds)},
             "paper_style_accuracy": mean_ci(paper_acc), "paper_style_difference": paired_difference(paper_acc,
                                                                                                   static_acc)}
 
@@ -137,7 +144,8 @@ def memory_ablation(sw: Sweeps, recurrent: str, no_memory: str, rounds: int, see
         a = [top1(sw.run(recurrent, sd), exit_index=e) for sd in sds]
         b = [top1(sw.run(no_memory, sd), exit_index=e) for sd in sds]
         rows.append({"round": e + 1, "with": mean_ci(a), "without": mean_ci(b), "difference": {
-            **paired_difference(a, b), "test_id": f"{sw.dataset}: round {e + 1} with - without memory"}})
+            **paired_difference(a, b), "test_id": f"{sw.dataset}: round {e + 1} with - without memory",
+            "paired": paired(sw, [recurrent, no_memory], sds)}})
     return {"seeds": sds, "rounds": rows}
 
 
@@ -151,13 +159,13 @@ def other_checks(sw: Sweeps, models: dict, recurrent: str, static: list, seeds: 
         sd = [x for x in seeds[recurrent] if x in seeds[same]]
         checks.append({"what": f"round 1 vs {same}", "model": same, "difference": {**paired_difference(
             [top1(sw.run(recurrent, x), exit_index=0) for x in sd], [top1(sw.run(same, x)) for x in sd]),
-            "test_id": f"{sw.dataset}: round 1 of {recurrent} - {same}"}})
+            "test_id": f"{sw.dataset}: round 1 of {recurrent} - {same}", "paired": paired(sw, [recurrent, same], sd)}})
     for m in static:
         if len(rec_gflops) > 1 and models[m]["gflops"][-1] > rec_gflops[1]:
             sd = [x for x in seeds[recurrent] if x in seeds[m]]
             checks.append({"what": f"last exit vs {m}", "model": m, "difference": {**paired_difference(
                 [top1(sw.run(recurrent, x)) for x in sd], [top1(sw.run(m, x)) for x in sd]),
-                "test_id": f"{sw.dataset}: last exit of {recurrent} - {m}"}})
+                "test_id": f"{sw.dataset}: last exit of {recurrent} - {m}", "paired": paired(sw, [recurrent, m], sd)}})
     return checks
 
 
@@ -185,15 +193,17 @@ def memory_at_budget(dataset: str, with_memory: dict, without: dict) -> dict:
     a = [with_memory["accuracy_per_seed"][with_memory["seeds"].index(sd)] for sd in common]
     b = [without["accuracy_per_seed"][without["seeds"].index(sd)] for sd in common]
     test_id = f"{dataset}: early exit with - without memory at {with_memory['budget_model']}"
+    models = with_memory["difference"]["paired"]["models"][:1] + without["difference"]["paired"]["models"]
     return {"budget_model": with_memory["budget_model"], "seeds": common,
-            "difference": {**paired_difference(a, b), "test_id": test_id}}
+            "difference": {**paired_difference(a, b), "test_id": test_id,
+                           "paired": {"dataset": dataset, "models": models, "seeds": common}}}
 
 
 def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> dict:
     s = p.study("sparseformer")
     rec, nomem = s.recurrent, s.no_memory
     models = list(dict.fromkeys(list(s.static) + [rec, nomem]))
-    seeds = {m: seeds_for(p, m) for m in models}
+    seeds = {m: seeds_for(p, m, dataset) for m in models}
     sw = Sweeps(runs, profiles, dataset)
     out = {"dataset": dataset, "models": model_rows(sw, models, seeds)}
     cfg = sw.run(rec, seeds[rec][0])["config"]["config"]
