@@ -85,9 +85,12 @@ cpu-scale: setup
 	$(PY) stages/set_scale.py cpu
 
 # `make paper-plan` plans params.yaml as it is; SCALE=paper plans a scale without switching; GPU=nvidia-h200 takes
-# that GPU's measured rates (benchmarks/results/); FAST=1 skips fvcore and the memory estimate.
+# that GPU's measured rates (benchmarks/results/) and adds the placement of each run (planning/placement.py);
+# HOURS=H [GPUS=N] widens the placement until the campaign ends within H hours on N GPUs; FAST=1 skips fvcore and
+# the memory estimate.
 paper-plan: setup
-	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(GPU),--gpu $(GPU)) $(if $(FAST),--fast)
+	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(GPU),--gpu $(GPU)) $(if $(FAST),--fast) \
+	  $(if $(HOURS),--hours $(HOURS)) $(if $(GPUS),--gpus $(GPUS))
 
 # The torchvision datasets of the paper scale into data/raw/ (the folders configs/scales/paper.yaml names).
 paper-data: setup
@@ -111,9 +114,10 @@ gpu-benchmark:
 #   make settle LIST=1                                   every open test: its plan, runs and minutes
 #   make settle CLAIM='dsa-moe-k2 - dsa-moe' [MINUTES=N] [INTERIM=1] [DRY=1]
 #   make settle ALL=1 MINUTES=N                          the open tests that fit, most power per minute first
+#   make settle RESET=1                                  back to the default run (dvc exp save -n NAME first to keep it)
 settle: setup
 	$(PY) -m itervision.pipeline.settle $(if $(CLAIM),"$(CLAIM)") $(if $(MINUTES),--minutes $(MINUTES)) \
-	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(ALL),--all-open) $(if $(LIST),--list)
+	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(ALL),--all-open) $(if $(LIST),--list) $(if $(RESET),--reset)
 
 # Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).
 plots: setup

@@ -4,7 +4,8 @@
 For each (study, dataset, model) of the paper scale, the training step as stages/run.py takes it (soft targets
 with the recipe's mixup/CutMix, forward at every exit under bf16 autocast, weighted soft-target CE + auxiliary
 loss, backward, clipping, AdamW) on random images:
-    training images/s at the per-GPU batch of the plan (global batch / 8 GPUs) and at 4x it, peak memory;
+    training images/s at the placement's batches (the global batch on one GPU, half of it on two) and at the
+    8-GPU plan's per-GPU batch (global batch / 8) and 4x it, peak memory;
 and for the main models of each study:
     CUDA kernels and host syncs per step (torch.profiler; torch.cuda.set_sync_debug_mode counts every sync),
     torch.compile time and speed-up (train.compile = reduce-overhead: CUDA graphs),
@@ -52,6 +53,12 @@ class Bench:
         self.result = {"gpu": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                        "source": "make gpu-benchmark (benchmarks/gpu_speed.py)", "per_gpu_batch_rule":
                        f"global batch / {self.world}", "configs": {}, "skipped": [], "errors": []}
+        if self.out.exists():  # the same GPU measured before: new figures are added to (and replace) its own
+            old = json.loads(self.out.read_text())
+            if old.get("gpu") == name:
+                self.result["configs"] = old.get("configs", {})
+                self.result["notes"] = old.get("notes", []) + [f"{old.get('date')}: earlier figures kept where not "
+                                                               f"remeasured (torch {old.get('torch')})"]
 
     # ------------------------------------------------------------------ helpers
     def left(self) -> float:
@@ -138,9 +145,9 @@ class Bench:
             if self.device.type == "cuda":
                 memory[str(b)] = torch.cuda.max_memory_allocated() / 2 ** 30
         e = self.entry(study, ds, m)
-        e[label] = rates
+        e.setdefault(label, {}).update(rates)
         if memory:
-            e[label.replace("train_images_per_s", "peak_gib")] = memory
+            e.setdefault(label.replace("train_images_per_s", "peak_gib"), {}).update(memory)
         print(f"{study}/{ds}/{m}{' ' + str(config_changes) if config_changes else ''}: "
               + ", ".join(f"b{b} {v:,.0f} img/s" for b, v in rates.items())
               + (", peak " + ", ".join(f"{v:.2f} GiB" for v in memory.values()) if memory else ""), flush=True)
@@ -204,8 +211,10 @@ class Bench:
         rate = self.timed(step, img, target, 2, self.args.steps)
         e = self.entry(study, ds, m)
         eager = e.get("train_images_per_s", {}).get(str(batch))
-        e["compiled"] = {"mode": self.args.compile_mode, "batch": batch, "compile_seconds": compile_s,
-                         "train_images_per_s": rate, "speedup": rate / eager if eager else None}
+        got = {"mode": self.args.compile_mode, "batch": batch, "compile_seconds": compile_s,
+               "train_images_per_s": rate, "speedup": rate / eager if eager else None}
+        e.setdefault("compiled_at", {})[str(batch)] = got  # every batch measured compiled (the placement reads it)
+        e.setdefault("compiled", got)  # the plan's batch, as before
         print(f"{study}/{ds}/{m} b{batch} compiled ({self.args.compile_mode}): {rate:,.0f} img/s after "
               f"{compile_s:.0f} s of compiling" + (f", x{rate / eager:.2f} over eager" if eager else ""), flush=True)
 
@@ -221,6 +230,17 @@ class Bench:
             + (" ..." if len(rows) > 3 else ""), flush=True)
 
     # ------------------------------------------------------------------ plan
+    def by_value(self, pairs: list) -> list:
+        """Configurations by their GPU-hours in the current plan (from this GPU's earlier figures, where any),
+        costliest first: what a cut-short run should have measured."""
+        from itervision.planning.plan import load_rates, plan_runs, run_hours, utilisation
+
+        rates = load_rates(str(self.out)) if self.out.exists() else None
+        plans = plan_runs(self.p, memory=False, fast=True, rates=rates)
+        u = utilisation(plans, fast=True)
+        hours = {(mp.study, mp.dataset, mp.model): run_hours(mp, u) * mp.runs for mp in plans}
+        return sorted(pairs, key=lambda a: -(hours.get(a) if hours.get(a) == hours.get(a) else 0.0))
+
     def run(self):
         p = self.p
         pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
@@ -228,7 +248,20 @@ class Bench:
         first = {s: p.study(s).datasets[0] for s in p.studies}
         main = [(s, first[s], m) for s in p.studies for m in MAIN[s] if (s, first[s], m) in per_gpu]
         jobs = []
-        for s, ds, m in main:  # the speed claims first: the main models at the plan's batch and at 4x it
+        # the placement's batches first (planning/placement.py): the whole global batch on one GPU and half of it on
+        # each of two, every configuration, the costliest in the plan first; then compiled and the routed MoE
+        # kernel at the global batch
+        glob = {a: run_spec(p, a[2], a[1]).train.global_batch for a in pairs}
+        for a in self.by_value(pairs):
+            for b in (glob[a], glob[a] // 2):
+                jobs.append((f"train {'/'.join(a)} b{b}", lambda a=a, b=b: self.train_speed(*a, [b])))
+        for a in main:
+            jobs.append((f"compile {'/'.join(a)} b{glob[a]}", lambda a=a: self.compiled_speed(*a, glob[a])))
+        if ("recursive", first["recursive"], "dsa-moe") in per_gpu:
+            a = ("recursive", first["recursive"], "dsa-moe")
+            jobs.append((f"train {'/'.join(a)} grouped b{glob[a]}", lambda: self.train_speed(
+                *a, [glob[a]], label="grouped_train_images_per_s", moe_kernel="grouped")))
+        for s, ds, m in main:  # the speed claims: the main models at the 8-GPU plan's batch and at 4x it
             jobs.append((f"train {s}/{ds}/{m}",
                          lambda a=(s, ds, m): self.train_speed(*a, [per_gpu[a], 4 * per_gpu[a]])))
         if ("recursive", first["recursive"], "dsa-moe") in per_gpu:

@@ -16,7 +16,7 @@ import argparse
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.config.params import check_params, load_params
 from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
-                             plan_runs, published_check)
+                                     placement_table, plan_runs, published_check)
 from itervision.config.scales import render_scale
 
 
@@ -27,6 +27,8 @@ def main(argv=None):
     ap.add_argument("--scale", help="plan configs/scales/NAME.yaml instead of params.yaml")
     ap.add_argument("--gpu", help="a GPU with measured rates: benchmarks/results/GPU.json (e.g. nvidia-h200)")
     ap.add_argument("--fast", action="store_true", help="no fvcore counts, no memory estimate")
+    ap.add_argument("--hours", type=float, help="with --gpu: widen placements until the campaign ends within H hours")
+    ap.add_argument("--gpus", type=int, default=8, help="the GPUs the --hours deadline is planned on (default 8)")
     args = ap.parse_args(argv)
     p = check_params(render_scale(args.scale)) if args.scale else load_params(args.params)
     rates = None
@@ -46,6 +48,11 @@ def main(argv=None):
     plans = plan_runs(p, memory=not args.fast, fast=args.fast, rates=rates)
     for line in cost_table(plans, args.fast, rates) + makespan_lines(plans, args.fast):
         print(line)
+    if rates:
+        for line in placement_table(p, plans, rates, args.hours, args.gpus)[0]:
+            print(line)
+    elif args.hours is not None:
+        raise UserError("--hours plans a placement from measured rates: add --gpu NAME")
     if rates is None:
         known = ", ".join(sorted(f.stem for f in RESULTS.glob("*.json")))
         if known:

@@ -163,12 +163,13 @@ def test_paper_plan_uses_measured_rates_where_a_gpu_benchmark_has_them(tmp_path)
     r = run("stages/check_paper_plan.py", "--scale", "paper", "--fast", "--gpu", str(path))
     assert r.returncode == 0, r.stderr
     assert f"measured: Test GPU rates from {path} (2026-12-04" in r.stdout
-    line = next(x for x in r.stdout.splitlines() if x.startswith("recursive") and " sa-mlp " in x and "cifar10" in x)
+    costs = r.stdout.split("\nplacement on ")[0]  # the cost table, not the placement after it
+    line = next(x for x in costs.splitlines() if x.startswith("recursive") and " sa-mlp " in x and "cifar10" in x)
     # per-GPU batch 1024 / 8 = 128, halfway in log batch between 64 and 256: 1250 img/s; the paper recipe
     # compiles the recursive step, but no compiled rate was measured for sa-mlp: the eager one, labelled so;
     # 5 runs x 200 epochs x 45,000 images / 1250 / 3600 = 10.0 GPU-hours
     assert "measured" in line.split() and "10.0" in line.split()
-    rows = {x.split()[2]: x.split() for x in r.stdout.splitlines() if x.startswith("recursive") and " dsa-moe " in x}
+    rows = {x.split()[2]: x.split() for x in costs.splitlines() if x.startswith("recursive") and " dsa-moe " in x}
     # compiled as the recipe compiles (reduce-overhead): 5 x (200 x 45,000 / 5000 + 100 s of compiling on each
     # of the 8 GPUs) / 3600
     assert "compiled" in rows["cifar10"] and f"{5 * (1800 + 800) / 3600:.1f}" in rows["cifar10"]

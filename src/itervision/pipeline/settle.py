@@ -16,8 +16,8 @@ rate, and print the old and the new verdict side by side (docs/settle.md).
 4. The seeds go into params (settle.claims: the design and its looks; settle.runs: the runs, stages
    run_<study>_settle), then `dvc repro` trains the new runs and reruns the statistics only.
 
-Everything it adds lives in params.yaml's settle group: `git checkout params.yaml && dvc checkout` returns to the
-default run, `dvc exp save -n NAME` keeps it as an experiment.
+Everything it adds lives in params.yaml's settle group and the settle runs' folders: `dvc exp save -n NAME` keeps
+them as an experiment, `--reset` (make settle RESET=1) returns to the default run.
 """
 from __future__ import annotations
 
@@ -186,30 +186,35 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
     return Plan(t, n_now, max_n, point, sd, sd_c, look, missing_runs(p, t, look), cost(look), pw(sd_c), pw(sd))
 
 
-def paper_gpu_hours(t: Target, seeds: int) -> str:
-    """GPU-hours of `seeds` more seeds of the test's models at the paper scale's measured plan (make paper-plan)."""
-    from itervision.config.scales import render_scale
-    from itervision.planning.plan import load_rates, plan_runs, run_hours, utilisation
-
+def paper_gpu_hours(pl: Plan) -> str:
+    """GPU-hours of this look's runs at the paper scale's measured plan (make paper-plan): the same models and
+    number of seeds, on the paper datasets the test would pair them on (the ablation datasets where one of them is
+    an ablation model)."""
     import contextlib
     import io
 
+    from itervision.config.scales import render_scale
+    from itervision.planning.plan import load_rates, plan_runs, run_hours, utilisation
+
+    t = pl.target
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             paper = check_params(render_scale("paper"))  # quiet: its threads warning is about another machine
-        rates = load_rates("nvidia-h200")
-        plans = [mp for mp in plan_runs(paper, memory=False, fast=True, rates=rates)
-                 if mp.study == t.document and mp.model in t.models]
+        s = paper.study(t.document)
+        datasets = s.ablation_datasets if any(m in s.ablations for m in t.models) else s.datasets
+        plans = {(mp.model, mp.dataset): mp for mp in plan_runs(paper, memory=False, fast=True,
+                                                                 rates=load_rates("nvidia-h200"))
+                 if mp.study == t.document and mp.model in t.models and mp.dataset in datasets}
     except UserError as err:
         return f"paper scale: not planned ({err})"
     if not plans:
         return "paper scale: these models are not in the paper scale's study"
-    u = utilisation(plans, fast=True)
-    per_seed = sum(run_hours(mp, u) for mp in plans)
-    basis = "measured rates" if all(mp.measured for mp in plans) else "FLOP estimates where no rate was measured"
-    datasets = ", ".join(sorted({mp.dataset for mp in plans}))
-    return (f"paper scale ({datasets}; H200, {basis}): {per_seed:.2f} GPU-hours per seed of {', '.join(t.models)}, "
-            f"{per_seed * seeds:.1f} GPU-hours for {seeds} seeds")
+    u = utilisation(list(plans.values()), fast=True)
+    hours = sum(run_hours(plans[(m, ds)], u) for m, _ in pl.runs for ds in datasets if (m, ds) in plans)
+    basis = "measured rates" if all(mp.measured for mp in plans.values()) else \
+        "FLOP estimates where no rate was measured"
+    return (f"paper scale: the same {len(pl.runs)} runs on {', '.join(datasets)} take {hours:.1f} H200 GPU-hours "
+            f"({basis}; make paper-plan)")
 
 
 def describe(pl: Plan) -> list[str]:
@@ -305,7 +310,7 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool) -> None:
     p = load_params(params_path)
     for pl in plans:
         print("\n".join(describe(pl)))
-        print("  " + paper_gpu_hours(pl.target, pl.look - pl.n_now))
+        print("  " + paper_gpu_hours(pl))
     if dry_run or not plans:
         return
     stale = stale_stages()
@@ -334,6 +339,32 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool) -> None:
         print(f"{pl.target.test_id}\n  before: {pl.target.verdict}\n  after:  {e['verdict']} ({e['reason']})")
 
 
+def reset(params_path: Path) -> None:
+    """Back to the default run: the settle group emptied, the settle runs' folders removed (they would change the
+    aggregate stages' `runs/<study>` dependency), the statistics rerun. A saved experiment keeps them (dvc exp
+    apply restores them from the DVC cache)."""
+    import shutil
+
+    from itervision.runs import RunRecord
+
+    p = load_params(params_path)
+    for (dataset, model), seeds in p.settle_runs.items():
+        from itervision.config.matrix import study_of
+
+        for seed in seeds:
+            folder = RunRecord(study_of(p, model), dataset, model, seed).dir
+            if folder.exists():
+                shutil.rmtree(folder)
+    write_settle(params_path, p, {})
+    from itervision.pipeline.workspace import hold
+
+    with hold("make settle RESET=1"):
+        rc = subprocess.call(["dvc", "repro"], env=_env())
+    if rc:
+        raise UserError(f"dvc repro failed (exit {rc}) after the reset; run make repro")
+    print(f"settle: {len(p.settle_claims)} settled test(s) and their runs removed; the default run is back")
+
+
 @cli_entry
 def main(argv=None):
     ap = ArgumentParser(prog="python -m itervision.pipeline.settle", description=__doc__.split("\n\n")[0])
@@ -345,10 +376,15 @@ def main(argv=None):
                                                             "power per minute first")
     ap.add_argument("--list", action="store_true", help="print every open test's plan and cost, train nothing")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
+    ap.add_argument("--reset", action="store_true", help="back to the default run: no settled test, their runs "
+                                                         "removed (save them first with dvc exp save -n NAME)")
     ap.add_argument("--params", type=Path, default=Path(DEFAULT_PARAMS))
     args = ap.parse_args(argv)
     if args.minutes is not None and not args.minutes > 0:
         raise UserError(f"--minutes must be positive, got {args.minutes}")
+    if args.reset:
+        reset(args.params)
+        return
     p, ledger, aggregates = load(args.params)
     check_contiguous(p)
     tests = targets(ledger, aggregates)

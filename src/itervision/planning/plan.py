@@ -440,3 +440,84 @@ def published_check(p: Params) -> list[str]:
         pubs = " / ".join("—" if v is None else f"{v:.3f}" for v in pub)
         lines.append(f"  {m:20s} {ds:12s} GFLOPs {shown}  published {pubs}")
     return lines
+
+
+# ------------------------------------------------------------------------------------------ placement
+
+def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hours: float | None = None,
+                    deadline_gpus: int = 8) -> tuple[list[str], dict]:
+    """Per (model, dataset): the placement of fewest GPU-hours that fits the GPU (planning/placement.py), beside
+    today's one torchrun group of `world` GPUs per run; GPU-hours (counted: measured or interpolated rates only)
+    and makespans. With deadline_hours, the placement widens until the campaign ends within it on deadline_gpus
+    GPUs. Returns (lines, totals)."""
+    from itervision.planning.placement import (GPU_MEMORY_GIB, choose, counted, makespan, meet_deadline,
+                                               options)
+
+    gpu = rates.get("gpu_key") or Path(rates["path"]).stem
+    memory = GPU_MEMORY_GIB.get(gpu, 79.1)
+    u = utilisation(plans, fast=True)
+    all_opts, placed, today, runs = {}, {}, {}, {}
+    for mp in plans:
+        key = (mp.study, mp.model, mp.dataset)
+        train = train_config(p, mp.dataset, mp.study)
+        entry = (rates.get("configs") or {}).get(f"{mp.study}/{mp.dataset}/{mp.model}")
+        opts = options(entry, train.global_batch, mp.train_images * mp.epochs, memory)
+        for o in opts:  # the recipe's compiled rate where it was measured at this per-GPU batch, as plan_runs does
+            if train.compile == "none" or o.rate_basis != "measured":
+                continue
+            eager = {"images_per_s": o.images_per_s, "batch": o.batch, "compiled": False, "compile_seconds": 0.0}
+            got = measured_rate(entry, o.batch, train.compile)
+            if not got.get("compiled"):
+                got = compiled_elsewhere(eager, rates, mp.study, mp.model, o.batch, train.compile)
+            if got.get("compiled"):
+                o.images_per_s = got["images_per_s"]
+                o.rate_basis = "compiled~" if got.get("speedup_from") else "compiled"
+                o.gpu_hours = o.world * (mp.train_images * mp.epochs / (o.world * o.images_per_s)
+                                         + got["compile_seconds"]) / 3600
+        all_opts[key], runs[key] = opts, mp.runs
+        chosen = choose(opts)
+        if chosen is None:  # no rate: today's FLOP estimate at today's world, labelled
+            continue
+        placed[key] = chosen
+        today[key] = (mp.world, run_hours(mp, u), basis(mp))
+    met = None
+    if deadline_hours is not None:
+        placed, met = meet_deadline(placed, all_opts, runs, deadline_gpus, deadline_hours)
+    lines = [f"placement on {gpu} ({memory:.0f} GiB, at most {100 * 0.9:.0f} % planned): per (model, dataset) the "
+             f"number of GPUs of fewest GPU-hours that holds the global batch; rates measured / interpolated (count "
+             f"toward the targets) or extrapolated (labelled, not counted)",
+             f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'GPUs':>4s} {'b/GPU':>6s} {'img/s/GPU':>10s} "
+             f"{'rate':>12s} {'GiB':>6s} {'mem':>12s} {'GPU-h/run':>9s} {'today GPUs':>10s} {'today GPU-h/run':>15s}"]
+    totals = {"placed_counted": 0.0, "placed_all": 0.0, "today": 0.0, "uncounted": []}
+    for key, o in placed.items():
+        study, model, ds = key
+        t_world, t_hours, t_basis = today[key]
+        lines.append(f"{study:12s} {model:18s} {ds:13s} {runs[key]:4d} {o.world:4d} {o.batch:6d} "
+                     f"{o.images_per_s:10,.0f} {o.rate_basis:>12s} {o.peak_gib or float('nan'):6.1f} "
+                     f"{o.memory_basis:>12s} {o.gpu_hours:9.2f} {t_world:10d} {t_hours:10.2f} ({t_basis})")
+        totals["placed_all"] += o.gpu_hours * runs[key]
+        totals["today"] += t_hours * runs[key]
+        if counted(o):
+            totals["placed_counted"] += o.gpu_hours * runs[key]
+        else:
+            totals["uncounted"].append(f"{model} on {ds}")
+    missing = [k for k in all_opts if k not in placed]
+    jobs_now = [(today[k][0], today[k][1] / today[k][0]) for k in placed for _ in range(runs[k])]
+    jobs = [(placed[k].world, placed[k].hours) for k in placed for _ in range(runs[k])]
+    for g in (8, 64, 256):
+        totals[f"makespan_{g}"] = makespan(jobs, g)
+        totals[f"makespan_today_{g}"] = makespan(jobs_now, g)
+    lines.append(f"GPU-hours of the placed campaign: {totals['placed_counted']:,.0f} from measured or interpolated "
+                 f"rates" + (f" + {totals['placed_all'] - totals['placed_counted']:,.0f} from extrapolated ones "
+                             f"({len(totals['uncounted'])} configurations, e.g. {totals['uncounted'][0]})"
+                             if totals["uncounted"] else "") + f"; today (every run on its torchrun group): "
+                 f"{totals['today']:,.0f}")
+    lines.append("makespan placed / today: " + ", ".join(
+        f"{g} GPUs {totals[f'makespan_{g}']:,.1f} h / {totals[f'makespan_today_{g}']:,.1f} h" for g in (8, 64, 256))
+        + (f" (deadline {deadline_hours:g} h on {deadline_gpus} GPUs: "
+           f"{'met' if met else 'NOT met: no wider placement shortens the campaign further'})" if met is not None
+           else ""))
+    if missing:
+        lines.append(f"not placed (no rate at any batch): {len(missing)} configurations, e.g. {missing[0][1]} on "
+                     f"{missing[0][2]}; the table above leaves them out")
+    return lines, totals
