@@ -14,7 +14,7 @@ from itervision.config.params import check_params, load_params
 from itervision.errors import UserError
 from itervision.pipeline.settle import Target, find, missing_runs, write_settle
 
-from helpers import ROOT
+from helpers import BIN, ROOT
 
 
 def cpu_params(tmp_path):
@@ -124,7 +124,7 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
     assert trained == {"run_recursive_settle@fashion_mnist-dsa-moe-seed2", "run_recursive_settle@fashion_mnist-sa-mlp-seed2"}
     after = lock_runs(repo)
     assert {k: v for k, v in after.items() if k in before} == before  # no other run retrained
-    status = subprocess.run(["dvc", "status"], cwd=repo, capture_output=True, text=True).stdout
+    status = subprocess.run([str(BIN / "dvc"), "status"], cwd=repo, capture_output=True, text=True).stdout
     assert "up to date" in status, status
 
     row = next(e for e in json.loads((repo / "metrics/ledger.json").read_text())["documents"]["recursive"]["entries"]
@@ -142,3 +142,11 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
     assert "looks at n = 2, 3, 4" in row["test"]
     assert set(re.findall(r"Running stage '(?:[^':]*:)?(run_[^']+)'", second.stdout)) == {
         "run_recursive_settle@fashion_mnist-dsa-moe-seed3", "run_recursive_settle@fashion_mnist-sa-mlp-seed3"}
+
+    reset = settle(repo, "--reset")
+    assert reset.returncode == 0, reset.stderr[-2000:]
+    # the default run's params (a params.yaml written with comments keeps them; this one has none)
+    assert yaml.safe_load((repo / "params.yaml").read_text()) == yaml.safe_load(params_before)
+    assert lock_runs(repo) == lock_runs(built_repo)  # no settle entry left in a dvc.lock
+    status = subprocess.run([str(BIN / "dvc"), "status"], cwd=repo, capture_output=True, text=True).stdout
+    assert "up to date" in status, status

@@ -236,15 +236,16 @@ def describe(pl: Plan) -> list[str]:
 
 def settle_block(claims: dict, runs: dict) -> str:
     """The settle group of params.yaml as text (JSON flow values are YAML), so the rest of the file, comments
-    included, stays as it is."""
-    lines = ["settle:                        # make settle (docs/settle.md) writes this group: extra seeds for an "
-             "open claim's test"]
-    if claims:
-        lines.append("  claims:                      # test id -> its sequential design and the looks taken")
-        lines += [f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in claims.items()]
-    else:
-        lines.append("  claims: {}                   # test id -> its sequential design and the looks taken (none: "
-                     "the default run)")
+    included, stays as it is; with no claim, exactly the default run's group (configs/scales/cpu.yaml)."""
+    head = ("settle:                        # make settle (docs/settle.md) writes this group: extra seeds for an "
+            "open claim's test")
+    if not claims:
+        empty = "{" + ", ".join(f"{study}: {{}}" for study in runs) + "}"
+        return "\n".join([head, "  claims: {}                   # test id -> its sequential design and the looks "
+                                 "taken (none: the default run)",
+                          f"  runs: {empty}   # per study, the extra runs those claims need (stages run_*_settle)"]) + "\n"
+    lines = [head, "  claims:                      # test id -> its sequential design and the looks taken"]
+    lines += [f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in claims.items()]
     lines.append("  runs:                        # per study, the extra runs those claims need (stages run_*_settle)")
     lines += [f"    {study}: {json.dumps(r)}" for study, r in runs.items()]
     return "\n".join(lines) + "\n"
@@ -362,7 +363,24 @@ def reset(params_path: Path) -> None:
         rc = subprocess.call(["dvc", "repro"], env=_env())
     if rc:
         raise UserError(f"dvc repro failed (exit {rc}) after the reset; run make repro")
-    print(f"settle: {len(p.settle_claims)} settled test(s) and their runs removed; the default run is back")
+    pruned = sum(prune_lock(lock) for lock in Path("pipelines").glob("*/dvc.lock"))
+    print(f"settle: {len(p.settle_claims)} settled test(s), their runs and {pruned} dvc.lock entries removed; the "
+          f"default run is back")
+
+
+def prune_lock(path: Path) -> int:
+    """Drop the entries of settle stages from a dvc.lock (DVC keeps the entries of foreach stages that no longer
+    exist); the rest of the file, as DVC wrote it, stays byte for byte. Returns the entries dropped."""
+    out, dropping, dropped = [], False, 0
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("  ") and not line.startswith("   "):  # a stage's name (indent 2)
+            dropping = "_settle@" in line.split(":")[0]
+            dropped += dropping
+        if not dropping:
+            out.append(line)
+    if dropped:
+        write_text(path, "".join(out))
+    return dropped
 
 
 @cli_entry
