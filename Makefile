@@ -112,12 +112,13 @@ gpu-benchmark:
 
 # Extra seeds for an open claim's test under a group-sequential design (docs/settle.md):
 #   make settle LIST=1                                   every open test: its plan, runs and minutes
-#   make settle CLAIM='dsa-moe-k2 - dsa-moe' [MINUTES=N] [INTERIM=1] [DRY=1]
+#   make settle CLAIM='dsa-moe-k2 - dsa-moe' [MINUTES=N] [INTERIM=1] [DRY=1] [EXP=NAME: as `dvc exp run -n NAME`]
 #   make settle ALL=1 MINUTES=N                          the open tests that fit, most power per minute first
 #   make settle RESET=1                                  back to the default run (dvc exp save -n NAME first to keep it)
 settle: setup
 	$(PY) -m itervision.pipeline.settle $(if $(CLAIM),"$(CLAIM)") $(if $(MINUTES),--minutes $(MINUTES)) \
-	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(ALL),--all-open) $(if $(LIST),--list) $(if $(RESET),--reset)
+	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(EXP),--exp $(EXP)) $(if $(ALL),--all-open) \
+	  $(if $(LIST),--list) $(if $(RESET),--reset)
 
 # Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).
 plots: setup

@@ -61,13 +61,15 @@ def test_settle_writes_only_its_group_and_the_runs_follow_from_the_looks(tmp_pat
 @pytest.mark.parametrize("run, message", [
     ({"dataset": "fashion_mnist", "model": "dsa-moe", "seed": 3}, "already runs"),
     ({"dataset": "fashion_mnist", "model": "sf-recurrent", "seed": 7}, "does not run on"),
-    ({"dataset": "fashion_mnist", "model": "dsa-moe"}, "must be {dataset, model, seed}"),
+    ({"dataset": "fashion_mnist", "model": "dsa-moe"}, "must be {study, dataset, model, seed, code}"),
+    ({"dataset": "fashion_mnist", "model": "dsa-moe", "seed": 9, "code": "src/itervision/models/sparseformer.py"},
+     "code must be src/itervision/models/recursive.py"),
     ({"dataset": "fashion_mnist", "model": "dsa-moe", "seed": -1}, "seeds are integers"),
 ])
 def test_a_malformed_settle_group_is_refused_in_one_line(tmp_path, run, message):
     path, _ = cpu_params(tmp_path)
     raw = yaml.safe_load(path.read_text())
-    raw["settle"]["runs"]["recursive"] = {"x": run}
+    raw["settle"]["runs"] = {"x": {"study": "recursive", "code": "src/itervision/models/recursive.py", **run}}
     with pytest.raises(UserError, match=re.escape(message)):
         check_params(raw)
 
@@ -90,7 +92,7 @@ def settle(repo, *args):
 def lock_runs(repo) -> dict:
     """{stage: its outputs' hashes} of every run stage in the pipeline's dvc.lock files."""
     out = {}
-    for lock in repo.glob("pipelines/*/dvc.lock"):
+    for lock in [repo / "dvc.lock", *repo.glob("pipelines/*/dvc.lock")]:
         for name, stage in yaml.safe_load(lock.read_text())["stages"].items():
             if name.startswith("run_"):
                 out[name] = json.dumps(stage.get("outs"), sort_keys=True)
@@ -121,7 +123,8 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
     first = settle(repo, claim, "--minutes", f"{minutes:.4f}", "--interim")
     assert first.returncode == 0, first.stderr[-2000:]
     trained = set(re.findall(r"Running stage '(?:[^':]*:)?(run_[^']+)'", first.stdout))
-    assert trained == {"run_recursive_settle@fashion_mnist-dsa-moe-seed2", "run_recursive_settle@fashion_mnist-sa-mlp-seed2"}
+    assert trained == {"run_settle@recursive-fashion_mnist-dsa-moe-seed2",
+                       "run_settle@recursive-fashion_mnist-sa-mlp-seed2"}
     after = lock_runs(repo)
     assert {k: v for k, v in after.items() if k in before} == before  # no other run retrained
     status = subprocess.run([str(BIN / "dvc"), "status"], cwd=repo, capture_output=True, text=True).stdout
@@ -141,7 +144,7 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
                if e["test_id"] == claim)
     assert "looks at n = 2, 3, 4" in row["test"]
     assert set(re.findall(r"Running stage '(?:[^':]*:)?(run_[^']+)'", second.stdout)) == {
-        "run_recursive_settle@fashion_mnist-dsa-moe-seed3", "run_recursive_settle@fashion_mnist-sa-mlp-seed3"}
+        "run_settle@recursive-fashion_mnist-dsa-moe-seed3", "run_settle@recursive-fashion_mnist-sa-mlp-seed3"}
 
     reset = settle(repo, "--reset")
     assert reset.returncode == 0, reset.stderr[-2000:]

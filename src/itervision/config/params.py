@@ -215,33 +215,43 @@ def check_params(raw: dict) -> Params:
     return dataclasses.replace(p, settle_claims=claims, settle_runs=runs)
 
 
+def family_code(p: Params, model: str, dataset: str) -> str:
+    """The repository path of the module that defines a model's family (a settle run's code dependency)."""
+    from itervision.models.configs import FAMILIES
+
+    module = FAMILIES[model_config(p, model, dataset)["family"]].module
+    return "src/" + module.replace(".", "/") + ".py"
+
+
 def _settle(p: Params, raw) -> tuple[dict, dict]:
-    """The settle group: {"claims": {test id: design}, "runs": {study: {stage key: {dataset, model, seed}}}}. Every
-    extra run names a model of that study, a dataset it runs on, and a seed it does not already have."""
+    """The settle group: {"claims": {test id: design}, "runs": {stage key: {study, dataset, model, seed}}}. Every
+    extra run names a model of its study, a dataset it runs on, and a seed it does not already have."""
     if raw is None:
         return {}, {}
     fix = "restore it with `git checkout params.yaml` or write it again with make settle"
     if not isinstance(raw, dict) or set(raw) - {"claims", "runs"}:
         raise UserError(f"params group 'settle' must be a mapping with keys claims and runs; {fix}")
-    claims, by_study = raw.get("claims") or {}, raw.get("runs") or {}
-    if not isinstance(claims, dict) or not isinstance(by_study, dict):
+    claims, entries = raw.get("claims") or {}, raw.get("runs") or {}
+    if not isinstance(claims, dict) or not isinstance(entries, dict):
         raise UserError(f"params settle.claims and settle.runs must be mappings; {fix}")
     runs: dict = {}
-    for study, entries in by_study.items():
+    for key, r in entries.items():
+        if not isinstance(r, dict) or set(r) != {"study", "dataset", "model", "seed", "code"}:
+            raise UserError(f"params settle.runs.{key} must be {{study, dataset, model, seed, code}}; {fix}")
+        study, m, ds, seed = r["study"], r["model"], r["dataset"], r["seed"]
         if study not in p.studies:
-            raise UserError(f"params settle.runs names study '{study}'; studies: {', '.join(p.studies)}")
+            raise UserError(f"params settle.runs.{key} names study '{study}'; studies: {', '.join(p.studies)}")
         s = p.study(study)
-        for key, r in (entries or {}).items():
-            if not isinstance(r, dict) or set(r) != {"dataset", "model", "seed"}:
-                raise UserError(f"params settle.runs.{study}.{key} must be {{dataset, model, seed}}; {fix}")
-            m, ds, seed = r["model"], r["dataset"], r["seed"]
-            if m not in s.main + s.ablations or ds not in (s.datasets if m in s.main else s.ablation_datasets):
-                raise UserError(f"params settle.runs.{study}.{key}: model '{m}' does not run on '{ds}' in {study}")
-            base = p.seeds if m in s.main else p.ablation_seeds
-            _seed_list([seed], f"settle.runs.{study}.{key}.seed")
-            if seed in base or seed in runs.get((ds, m), []):
-                raise UserError(f"params settle.runs.{study}.{key}: seed {seed} of {m} on {ds} already runs; {fix}")
-            runs.setdefault((ds, m), []).append(seed)
+        if m not in s.main + s.ablations or ds not in (s.datasets if m in s.main else s.ablation_datasets):
+            raise UserError(f"params settle.runs.{key}: model '{m}' does not run on '{ds}' in {study}")
+        if r["code"] != family_code(p, m, ds):
+            raise UserError(f"params settle.runs.{key}: code must be {family_code(p, m, ds)} (the module of {m}'s "
+                            f"family: the run stage's dependency); {fix}")
+        base = p.seeds if m in s.main else p.ablation_seeds
+        _seed_list([seed], f"settle.runs.{key}.seed")
+        if seed in base or seed in runs.get((ds, m), []):
+            raise UserError(f"params settle.runs.{key}: seed {seed} of {m} on {ds} already runs; {fix}")
+        runs.setdefault((ds, m), []).append(seed)
     return claims, {k: sorted(v) for k, v in runs.items()}
 
 

@@ -111,11 +111,25 @@ def root_file() -> str:
     lines += _stage("make_subset", foreach="${data.sources}", cmd="python stages/make_subset.py --dataset ${key}",
                     deps=code_deps(subset) + ["data/splits", "${item}"],
                     params=["data.sources.${key}", "subset"], outs=["data/prepared/${key}"])
+    # the extra seeds of make settle (params settle.runs; none in the default run): one stage for every study, so a
+    # new study needs no params key of its own; each run depends on its own family's module (${item.code}) and on
+    # what every family module imports
+    resolved = "configs/resolved/${item.dataset}/${item.model}"
+    families = {str(f.relative_to(ROOT)) for st in STUDIES.values() for f in family_files(st)}
+    shared = [d for d in code_deps(ROOT / "stages/run.py", *(ROOT / f for f in families)) if d not in families]
+    lines += _stage("run_settle", foreach="${settle.runs}",
+                    cmd="${run.launcher} stages/run.py --study ${item.study} --dataset ${item.dataset} --model "
+                        "${item.model} --seed ${item.seed}",
+                    deps=shared + ["${item.code}", f"{resolved}/model.json", f"{resolved}/run.json",
+                                   "data/prepared/${item.dataset}"],
+                    params=["run.launcher"],
+                    outs=["runs/${item.study}/${item.dataset}/${item.model}/seed${item.seed}"])
     for name, study in STUDIES.items():
         files = {k: str(v) for k, v in study_metrics(name).items()}
         aggregate = code_deps(ROOT / "stages/aggregate.py", ROOT / study.module_file("analysis"))
         lines += _stage(f"aggregate_{name}", cmd=f"python stages/aggregate.py --study {name}",
-                        deps=aggregate + [str(RUNS_ROOT / name)], params=["scale", "seeds", "ablation_seeds", name, "settle"],
+                        deps=aggregate + [str(RUNS_ROOT / name)],
+                        params=["scale", "seeds", "ablation_seeds", name, "settle"],
                         outs=[(files["aggregate"], True)], metrics=[(files["summary"], True), (files["timing"], True)])
         report = code_deps(ROOT / "stages/report.py", ROOT / study.module_file("tables"),
                            ROOT / study.module_file("figures"))
@@ -171,14 +185,6 @@ def study_file(study: Study, ablation: bool) -> str:
                     deps=run + [f"{resolved}/model.json", f"{resolved}/run.json", "data/prepared/${item.dataset}"],
                     params=["run.launcher"],
                     outs=[f"runs/{study.name}/${{item.dataset}}/${{item.model}}/seed${{item.seed}}"])
-    if not ablation:  # the extra seeds of make settle (params settle.runs; none in the default run)
-        lines += _stage(f"{run_stage(study.name, False)}_settle", wdir="../..",
-                        foreach=f"${{settle.runs.{study.name}}}",
-                        cmd=f"${{run.launcher}} stages/run.py --study {study.name} --dataset ${{item.dataset}} "
-                            f"--model ${{item.model}} --seed ${{item.seed}}",
-                        deps=run + [f"{resolved}/model.json", f"{resolved}/run.json", "data/prepared/${item.dataset}"],
-                        params=["run.launcher"],
-                        outs=[f"runs/{study.name}/${{item.dataset}}/${{item.model}}/seed${{item.seed}}"])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

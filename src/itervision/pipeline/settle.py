@@ -14,7 +14,7 @@ rate, and print the old and the new verdict side by side (docs/settle.md).
 3. A budget (--minutes) that cannot buy the design is refused before anything trains, with the power it would
    buy; --interim takes the look the budget buys instead (the sequence continues at the next settle).
 4. The seeds go into params (settle.claims: the design and its looks; settle.runs: the runs, stages
-   run_<study>_settle), then `dvc repro` trains the new runs and reruns the statistics only.
+   run_settle@...), then `dvc repro` trains the new runs and reruns the statistics only.
 
 Everything it adds lives in params.yaml's settle group and the settle runs' folders: `dvc exp save -n NAME` keeps
 them as an experiment, `--reset` (make settle RESET=1) returns to the default run.
@@ -32,7 +32,7 @@ import numpy as np
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import read_json_file, write_text
 from itervision.layout import LEDGER, study_metrics
-from itervision.config.params import DEFAULT_PARAMS, Params, check_params, load_params, read_yaml_mapping
+from itervision.config.params import DEFAULT_PARAMS, Params, check_params, family_code, load_params
 from itervision.stats.sequential import PROCEDURE, boundaries, crossing, design
 
 POWER = 0.8
@@ -176,9 +176,12 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
         return sum(seconds[m] for m, _ in missing_runs(p, t, n))
 
     look = max_n
-    if minutes is not None:
-        while look > n_now and cost(look) + STATS_SECONDS > minutes * 60:
-            look -= 1
+    if minutes is not None and cost(max_n) + STATS_SECONDS > minutes * 60:
+        lo, hi = n_now, max_n  # the largest n the budget buys (cost rises with n): cost(lo) fits, cost(hi) not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if cost(mid) + STATS_SECONDS <= minutes * 60 else (lo, mid)
+        look = lo
     fr = [min(1.0, n / max_n) for n in looks + ([look] if look > n_now else [])]
 
     def pw(s):  # P(a crossing by this look) at the published effect and SD s
@@ -240,27 +243,28 @@ def settle_block(claims: dict, runs: dict) -> str:
     head = ("settle:                        # make settle (docs/settle.md) writes this group: extra seeds for an "
             "open claim's test")
     if not claims:
-        empty = "{" + ", ".join(f"{study}: {{}}" for study in runs) + "}"
         return "\n".join([head, "  claims: {}                   # test id -> its sequential design and the looks "
                                  "taken (none: the default run)",
-                          f"  runs: {empty}   # per study, the extra runs those claims need (stages run_*_settle)"]) + "\n"
+                          "  runs: {}                     # the extra runs those claims need (stage "
+                          "run_settle)"]) + "\n"
     lines = [head, "  claims:                      # test id -> its sequential design and the looks taken"]
     lines += [f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in claims.items()]
-    lines.append("  runs:                        # per study, the extra runs those claims need (stages run_*_settle)")
-    lines += [f"    {study}: {json.dumps(r)}" for study, r in runs.items()]
+    lines.append("  runs:                        # the extra runs those claims need (stage run_settle)")
+    lines += [f"    {json.dumps(k)}: {json.dumps(r)}" for k, r in runs.items()]
     return "\n".join(lines) + "\n"
 
 
 def write_settle(path: Path, p: Params, claims: dict) -> None:
     """Rewrite params.yaml's settle group (the file's last group) from `claims`; every run they need, derived."""
-    runs = {name: {} for name in p.studies}
+    runs = {}
     for tid, d in claims.items():
         have = {m: set(base_seeds(p, d["study"], m)) for m in d["models"]}
         for seed in range(d["looks"][-1]):
             for m in d["models"]:
                 if seed not in have[m]:
-                    runs[d["study"]][f"{d['dataset']}-{m}-seed{seed}"] = {"dataset": d["dataset"], "model": m,
-                                                                          "seed": seed}
+                    key = f"{d['study']}-{d['dataset']}-{m}-seed{seed}"
+                    runs[key] = {"study": d["study"], "dataset": d["dataset"], "model": m, "seed": seed,
+                                 "code": family_code(p, m, d["dataset"])}
     text = path.read_text()
     start = text.find("\nsettle:")
     if start < 0 or any(line and not line.startswith((" ", "#")) for line in text[start + 1:].splitlines()[1:]):
@@ -307,7 +311,7 @@ def is_open(t: Target) -> bool:
     return not t.design or "inconclusive so far" in t.verdict
 
 
-def settle(params_path: Path, plans: list[Plan], dry_run: bool) -> None:
+def settle(params_path: Path, plans: list[Plan], dry_run: bool, experiment: str | None = None) -> None:
     p = load_params(params_path)
     for pl in plans:
         print("\n".join(describe(pl)))
@@ -329,10 +333,11 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool) -> None:
     from itervision.pipeline.workspace import hold
 
     with hold("make settle"):
-        rc = subprocess.call(["dvc", "repro"], env=_env())
+        command = ["dvc", "exp", "run", "-n", experiment] if experiment else ["dvc", "repro"]
+        rc = subprocess.call(command, env=_env())
     if rc:
-        raise UserError(f"dvc repro failed (exit {rc}); fix the cause and run make settle again: the looks are in "
-                        f"params.yaml, so it resumes")
+        raise UserError(f"{' '.join(command)} failed (exit {rc}); fix the cause and run make settle again: the "
+                        f"looks are in params.yaml, so it resumes")
     _, ledger, _ = load(params_path)
     after = {e["test_id"]: e for d in ledger["documents"].values() for e in d["entries"]}
     for pl in plans:
@@ -363,7 +368,8 @@ def reset(params_path: Path) -> None:
         rc = subprocess.call(["dvc", "repro"], env=_env())
     if rc:
         raise UserError(f"dvc repro failed (exit {rc}) after the reset; run make repro")
-    pruned = sum(prune_lock(lock) for lock in Path("pipelines").glob("*/dvc.lock"))
+    locks = [Path("dvc.lock"), *Path("pipelines").glob("*/dvc.lock")]
+    pruned = sum(prune_lock(lock) for lock in locks if lock.exists())
     print(f"settle: {len(p.settle_claims)} settled test(s), their runs and {pruned} dvc.lock entries removed; the "
           f"default run is back")
 
@@ -396,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
     ap.add_argument("--reset", action="store_true", help="back to the default run: no settled test, their runs "
                                                          "removed (save them first with dvc exp save -n NAME)")
+    ap.add_argument("--exp", metavar="NAME", help="run the new seeds as `dvc exp run -n NAME` (a DVC experiment of the "
+                                                  "settle group) instead of `dvc repro`")
     ap.add_argument("--params", type=Path, default=Path(DEFAULT_PARAMS))
     args = ap.parse_args(argv)
     if args.minutes is not None and not args.minutes > 0:
@@ -430,7 +438,7 @@ def main(argv=None):
             cheapest = min(plans, key=lambda pl: pl.minutes) if plans else None
             raise UserError("no open test's design fits --minutes " + f"{args.minutes:g}" + (
                 f"; the cheapest, '{cheapest.target.test_id}', needs {cheapest.minutes:.0f} min" if cheapest else ""))
-        settle(args.params, chosen, args.dry_run)
+        settle(args.params, chosen, args.dry_run, args.exp)
         return
     if not args.claim:
         raise UserError("name a claim's test (make settle CLAIM='...'), or pass --list or --all-open")
@@ -447,7 +455,7 @@ def main(argv=None):
                         f"({pl.power_point:.2f} at the pilot SD; the "
                         f"design: {POWER:.2f} in {full.minutes:.0f} min); give --minutes {math.ceil(full.minutes)}, "
                         f"or --interim to take that look and continue later")
-    settle(args.params, [pl], args.dry_run)
+    settle(args.params, [pl], args.dry_run, args.exp)
 
 
 if __name__ == "__main__":
