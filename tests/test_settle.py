@@ -136,8 +136,10 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
     assert row["per_seed"].count(" ") == 2  # three seeds now
     assert "before:" in first.stdout and "after:" in first.stdout
 
-    second = settle(repo, claim, "--minutes", f"{minutes:.4f}", "--interim")
+    second = settle(repo, claim, "--minutes", f"{minutes:.4f}", "--interim", "--exp", "settle-tiny")
     assert second.returncode == 0, second.stderr[-2000:]
+    exps = subprocess.run([str(BIN / "dvc"), "exp", "list", "--name-only"], cwd=repo, capture_output=True, text=True)
+    assert "settle-tiny" in exps.stdout.split(), exps.stdout + exps.stderr  # the second look is a DVC experiment
     design = load_params(repo / "params.yaml").settle_claims[claim]
     assert design["looks"] == [2, 3, 4]  # the sequence continued, its first looks counted
     row = next(e for e in json.loads((repo / "metrics/ledger.json").read_text())["documents"]["recursive"]["entries"]
