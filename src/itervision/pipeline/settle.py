@@ -33,6 +33,7 @@ from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import read_json_file, write_text
 from itervision.layout import LEDGER, study_metrics
 from itervision.config.params import DEFAULT_PARAMS, Params, check_params, family_code, load_params
+from itervision.reporting.ledger import tagged
 from itervision.stats.sequential import PROCEDURE, boundaries, crossing, design
 
 POWER = 0.8
@@ -75,23 +76,13 @@ class Plan:
 
 # ------------------------------------------------------------------------------------------ open tests
 
-def _paired_nodes(tree):
-    if isinstance(tree, dict):
-        if "test_id" in tree and isinstance(tree.get("paired"), dict):
-            yield tree["test_id"], tree["paired"]
-        for v in tree.values():
-            yield from _paired_nodes(v)
-    elif isinstance(tree, list):
-        for v in tree:
-            yield from _paired_nodes(v)
-
-
 def targets(ledger: dict, aggregates: dict) -> list[Target]:
     """Every statistical test with a published size that pairs runs of named models (the ones settle can add seeds
     to), with its pilot values."""
     out = []
     for doc, d in ledger["documents"].items():
-        pairs = dict(_paired_nodes(aggregates.get(doc, {})))
+        pairs = {n["test_id"]: n["paired"] for n in tagged(aggregates.get(doc, {}))
+                 if isinstance(n.get("paired"), dict)}
         for e in d["entries"]:
             plot = e.get("plot")
             if e["kind"] != "statistical" or e["test_id"] not in pairs or not plot or not plot.get("published"):
@@ -159,11 +150,9 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
         looks, max_n = list(t.design["looks"]), int(t.design["max_n"])
         sd, sd_c = t.design["sd_pilot"], t.design["sd_planning"]
         point = t.design.get("max_n_point")
-        n0 = looks[0]
     else:
         d = design(t.pilot, t.effect, POWER, SD_LEVEL)
-        n0, looks, sd, sd_c, point, max_n = n_pilot, d["looks"], d["sd_pilot"], d["sd_planning"], d["max_n_point"], \
-            d["max_n"]
+        looks, sd, sd_c, point, max_n = d["looks"], d["sd_pilot"], d["sd_planning"], d["max_n_point"], d["max_n"]
         if max_n is None:
             raise UserError(f"'{t.test_id}': the published effect {t.effect:g} against an SD of {sd_c:.3g} needs more "
                             f"than 10,000 seeds; settle cannot reach it")
