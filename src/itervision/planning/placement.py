@@ -51,6 +51,14 @@ def _points(table: dict | None) -> list[tuple[int, float]]:
     return sorted((int(b), float(v)) for b, v in (table or {}).items() if v is not None and math.isfinite(float(v)))
 
 
+def log_interpolate(points: list[tuple[int, float]], batch: int) -> float | None:
+    """The value at `batch` between two measured (batch, value) points, linear in log batch; None outside them."""
+    for (b0, v0), (b1, v1) in zip(points, points[1:]):
+        if b0 <= batch <= b1:
+            return v0 + (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0)) * (v1 - v0)
+    return None
+
+
 def rate(entry: dict, batch: int) -> tuple[float | None, str]:
     """(per-GPU training images/s at `batch`, its basis) from a benchmark entry."""
     pts = _points(entry.get("train_images_per_s"))
@@ -59,10 +67,9 @@ def rate(entry: dict, batch: int) -> tuple[float | None, str]:
     for b, v in pts:
         if b == batch:
             return v, "measured"
-    for (b0, v0), (b1, v1) in zip(pts, pts[1:]):
-        if b0 < batch < b1:
-            w = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
-            return v0 + w * (v1 - v0), "interpolated"
+    between = log_interpolate(pts, batch)
+    if between is not None:
+        return between, "interpolated"
     if batch > pts[-1][0]:
         return pts[-1][1], "extrapolated"
     return pts[0][1] * batch / pts[0][0], "extrapolated"  # below the smallest: proportional, pessimistic

@@ -223,14 +223,15 @@ def rate_at(entry: dict, batch: int) -> tuple[float, int] | None:
     """(training images/s, batch it came from) at a per-GPU batch, from a benchmark entry's measured batches:
     interpolated linearly in log batch between two measured batches, or the nearest within a factor of
     MAX_BATCH_STRETCH (never further)."""
+    from itervision.planning.placement import log_interpolate
+
     points = sorted((int(b), float(v)) for b, v in (entry.get("train_images_per_s") or {}).items()
                     if v and math.isfinite(float(v)))
     if not points:
         return None
-    for (b0, v0), (b1, v1) in zip(points, points[1:]):
-        if b0 <= batch <= b1:
-            w = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
-            return v0 + w * (v1 - v0), batch
+    between = log_interpolate(points, batch)
+    if between is not None:
+        return between, batch
     nearest = min(points, key=lambda bv: abs(math.log(bv[0] / batch)))
     if abs(math.log(nearest[0] / batch)) <= math.log(MAX_BATCH_STRETCH):
         return nearest[1], nearest[0]
