@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from itervision.stats.power import seeds_needed
-from itervision.stats.sequential import (boundaries, conservative_sd, crossing, design, evaluate, max_seeds, spent,
+from itervision.stats.sequential import (boundaries, sd_limit, crossing, design, evaluate, max_seeds, spent,
                                          t_boundary)
 
 
@@ -56,9 +56,9 @@ def test_the_planned_maximum_is_the_fixed_n_t_test_plus_what_the_looks_cost(sd):
     assert fixed <= got <= fixed + 2
 
 
-def test_the_conservative_sd_is_the_chi_square_upper_limit():
-    assert conservative_sd(1.0, 5, 0.8) == pytest.approx(math.sqrt(4 / stats.chi2.ppf(0.2, 4)), rel=1e-9)
-    assert conservative_sd(1.0, 5, 0.8) > 1.0
+def test_the_sd_limit_is_the_chi_square_upper_limit():
+    assert sd_limit(1.0, 5, 0.8) == pytest.approx(math.sqrt(4 / stats.chi2.ppf(0.2, 4)), rel=1e-9)
+    assert sd_limit(1.0, 5, 0.8) > 1.0
 
 
 def test_a_sequence_stops_at_its_first_crossing_with_hand_computed_statistics():

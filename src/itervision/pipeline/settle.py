@@ -34,7 +34,7 @@ from itervision.io import read_json_file, write_text
 from itervision.layout import LEDGER, study_metrics
 from itervision.config.params import DEFAULT_PARAMS, Params, check_params, family_code, load_params
 from itervision.reporting.ledger import tagged
-from itervision.stats.sequential import PROCEDURE, boundaries, crossing, design
+from itervision.stats.sequential import PROCEDURE, design, power
 
 POWER = 0.8
 SD_LEVEL = 0.8             # Browne's rule: the pilot SD's one-sided 80 % upper confidence limit
@@ -171,11 +171,9 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if cost(mid) + STATS_SECONDS <= minutes * 60 else (lo, mid)
         look = lo
-    fr = [min(1.0, n / max_n) for n in looks + ([look] if look > n_now else [])]
-
-    def pw(s):  # P(a crossing by this look) at the published effect and SD s
-        return float(sum(crossing(fr, boundaries(fr), t.effect / s * math.sqrt(max_n))))
-    return Plan(t, n_now, max_n, point, sd, sd_c, look, missing_runs(p, t, look), cost(look), pw(sd_c), pw(sd))
+    taken = looks + ([look] if look > n_now else [])  # P(a crossing by this look) at the published effect
+    return Plan(t, n_now, max_n, point, sd, sd_c, look, missing_runs(p, t, look), cost(look),
+                power(taken, max_n, t.effect, sd_c), power(taken, max_n, t.effect, sd))
 
 
 def paper_gpu_hours(pl: Plan) -> str:

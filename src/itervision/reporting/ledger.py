@@ -427,8 +427,9 @@ def seeds_range(e: Entry) -> dict | None:
         return None
     if c.direction * (est["mean"] - c.null) * effect <= 0:
         return {"opposite": True}
-    sd_low = sd * math.sqrt((n - 1) / sps.chi2.ppf(0.975, n - 1))
-    sd_high = sd * math.sqrt((n - 1) / sps.chi2.ppf(0.025, n - 1))
+    from itervision.stats.sequential import sd_limit
+
+    sd_low, sd_high = sd_limit(sd, n, 0.025), sd_limit(sd, n, 0.975)  # the SD's 95 % chi-square interval
     return {"point": seeds_needed(effect, sd), "low": seeds_needed(effect, sd_low),
             "high": seeds_needed(effect, sd_high), "effect": effect, "sd": sd}
 

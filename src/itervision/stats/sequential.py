@@ -105,14 +105,16 @@ def t_boundary(z: float, n: int) -> float:
     return float(stats.t.isf(stats.norm.sf(z), n - 1))
 
 
-def power(n0: int, max_n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
-    """Power of the two-look design (the pilot n0, then max_n) at a true effect / sd (normal approximation)."""
-    fr = [n0 / max_n, 1.0]
+def power(looks: list[int], max_n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
+    """P(a boundary is crossed by the last of `looks`) at a true effect / sd (normal approximation): the power of
+    the design when the looks end at max_n, what looks short of it buy otherwise."""
+    fr = [min(1.0, n / max_n) for n in looks]
     return float(sum(crossing(fr, boundaries(fr, alpha), effect / sd * math.sqrt(max_n))))
 
 
-def conservative_sd(sd: float, n: int, level: float = 0.8) -> float:
-    """The one-sided `level` upper confidence limit of an SD estimated from n values (chi-square)."""
+def sd_limit(sd: float, n: int, level: float = 0.8) -> float:
+    """The one-sided `level` upper confidence limit of an SD estimated from n values (chi-square); level 0.025 is
+    the lower end of its 95 % interval, 0.975 the upper."""
     return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - level, n - 1)))
 
 
@@ -126,13 +128,13 @@ def max_seeds(n0: int, effect: float, sd: float, target: float = 0.8, alpha: flo
     z = stats.norm.ppf(1 - alpha / 2)
     lo = max(n0 + 1, math.ceil((z + stats.norm.ppf(target)) ** 2 * (sd / effect) ** 2))
     hi = lo
-    while power(n0, hi, abs(effect), sd, alpha) < target:
+    while power([n0, hi], hi, abs(effect), sd, alpha) < target:
         lo, hi = hi, math.ceil(hi * 1.25) + 1
         if hi > limit:
             return None
     while lo < hi:  # the smallest n in (lo, hi] with enough power (power rises with n)
         mid = (lo + hi) // 2
-        if power(n0, mid, abs(effect), sd, alpha) >= target:
+        if power([n0, mid], mid, abs(effect), sd, alpha) >= target:
             hi = mid
         else:
             lo = mid + 1
@@ -153,7 +155,7 @@ def design(pilot, effect: float, target: float = 0.8, level: float = 0.8, alpha:
     (the larger one is used), and the pilot's n as the first look."""
     v = np.asarray(pilot, dtype=np.float64)
     sd = float(v.std(ddof=1))
-    sd_c = conservative_sd(sd, len(v), level)
+    sd_c = sd_limit(sd, len(v), level)
     return {"procedure": PROCEDURE, "alpha": alpha, "power": target, "effect": abs(effect), "sd_pilot": sd,
             "sd_planning": sd_c, "max_n_point": max_seeds(len(v), effect, sd, target, alpha),
             "max_n": max_seeds(len(v), effect, sd_c, target, alpha), "looks": [len(v)]}
