@@ -75,17 +75,20 @@ def random_batches(img, target, steps):
         yield img, target
 
 
-def cpu_scale_run(p, name):
+def cpu_scale_run(p, name, moe_kernel: str | None = None):
     """A CPU-scale model as its run starts (seed 0): config, train recipe, data description, the run's batches,
-    the fresh model."""
+    the fresh model (`moe_kernel`: the MoE kernel instead of the configured one)."""
+    import dataclasses
+
     ds = model_datasets(p, name)[0]
     spec, train = model_spec(p, name, ds), run_spec(p, name, ds).train
     torch.set_num_threads(train.threads)
     desc = describe_prepared(prepared_dir(ds))
     batches = train_batches(prepared_dir(ds), spec.config.img_size, train, train.batching(1), seed=0)
+    cfg = dataclasses.replace(spec.config, moe_kernel=moe_kernel) if moe_kernel else spec.config
     torch.manual_seed(0)
-    model = build_model(spec.config).train()
-    return spec.config, train, desc, batches, model
+    model = build_model(cfg).train()
+    return cfg, train, desc, batches, model
 
 
 def cpu_scale(args):
@@ -121,16 +124,18 @@ def ratio_line(rows, a, b, what):
 
 
 def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
-    """Training time of two whole CPU-scale runs (the run's steps, batches and lr schedule, seed 0), taken in
-    chunks of `chunk` steps alternating between the models in one process, so the machine's drift hits both.
-    The machine's drift over a minute hits both models alike this way."""
+    """Training time of whole CPU-scale runs (the run's steps, batches and lr schedule, seed 0): `a`, and `b`
+    with each MoE kernel of --moe-kernels, taken in chunks of `chunk` steps alternating between them in one
+    process, so the machine's drift over the minutes hits all alike. This is how the CPU scale's kernel is
+    chosen (docs/performance.md)."""
     p = load_params(args.params)
     runs = {}
-    for name in (a, b):
-        _, train, desc, batches, model = cpu_scale_run(p, name)
+    for name, kernel in [(a, None)] + [(b, k) for k in args.moe_kernels.split(",")]:
+        _, train, desc, batches, model = cpu_scale_run(p, name, kernel)
         total, schedule = lr_schedule(train, len(batches))
-        runs[name] = {"step": step_fn(model, train, len(desc["classes"]), schedule),
-                      "batches": pipeline_batches(batches, total), "seconds": [], "total": total}
+        runs[name if kernel is None else f"{name} ({kernel})"] = {
+            "step": step_fn(model, train, len(desc["classes"]), schedule),
+            "batches": pipeline_batches(batches, total), "seconds": [], "total": total}
     total = min(r["total"] for r in runs.values())
     for _ in range(0, total, chunk):
         for r in runs.values():
@@ -138,12 +143,16 @@ def whole_run_ratio(args, a="sa-mlp", b="dsa-moe", chunk=10):
             for _, (img, target) in zip(range(chunk), r["batches"]):
                 r["step"](img, target)
             r["seconds"].append(time.perf_counter() - t0)
-    ta, tb = (runs[n]["seconds"] for n in (a, b))
+    ta = runs[a]["seconds"]
     head = 2  # the first 2 chunks: routing still settling
-    print(f"CPU scale, whole run ({total} steps in chunks of {chunk}, alternating): {a} {sum(ta):.1f} s, {b} "
-          f"{sum(tb):.1f} s, {b} / {a} training time = {sum(tb) / sum(ta):.3f} (first {head * chunk} steps "
-          f"{sum(tb[:head]) / sum(ta[:head]):.3f}, the rest {sum(tb[head:]) / sum(ta[head:]):.3f}; per chunk "
-          f"{min(y / x for x, y in zip(ta, tb)):.3f}-{max(y / x for x, y in zip(ta, tb)):.3f})", flush=True)
+    for label, r in runs.items():
+        if label == a:
+            continue
+        tb = r["seconds"]
+        print(f"CPU scale, whole run ({total} steps in chunks of {chunk}, alternating): {a} {sum(ta):.1f} s, {label} "
+              f"{sum(tb):.1f} s, time ratio {sum(tb) / sum(ta):.3f} (first {head * chunk} steps "
+              f"{sum(tb[:head]) / sum(ta[:head]):.3f}, the rest {sum(tb[head:]) / sum(ta[head:]):.3f}; per chunk "
+              f"{min(y / x for x, y in zip(ta, tb)):.3f}-{max(y / x for x, y in zip(ta, tb)):.3f})", flush=True)
 
 
 def paper_scale(args):
@@ -167,9 +176,9 @@ def paper_scale(args):
 
 
 def kernels(args):
-    """The two DSA kernels and the MoE kernels on one block's input, forward + backward: the gated-MLP `dense`
-    kernel (what the CPU runs), and a loop over experts on exactly their tokens (the FLOP-exact reference; it
-    reads the routing back to the host, which no model step may do)."""
+    """The two DSA kernels and the MoE kernels on one block's input, forward + backward: `dense` (gated MLP),
+    `grouped` (torch._grouped_mm on the routed pairs), and a loop over experts on exactly their tokens (the
+    FLOP-exact reference)."""
     from itervision.models.recursive import MoE, RecursiveAttention
 
     torch.manual_seed(0)
@@ -180,13 +189,15 @@ def kernels(args):
             att = RecursiveAttention(d, 8 if d == 512 else 4, "dsa", 6 if d == 512 else 4, kernel).train()
             res[kernel] = best_ms(lambda: att(x)[0].sum().backward(), args.rounds)
         moe = MoE(d, d, 4, 2, "dense")
+        for kernel in ("dense", "grouped"):
+            moe.kernel = kernel
+            res[f"moe {kernel}"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
 
         def loop():
             x2d = x.reshape(-1, d)
             _, weight, idx = moe.route(x2d)
             moe._per_expert(x2d, weight, idx).sum().backward()
 
-        res["moe dense (gated MLP)"] = best_ms(lambda: moe(x)[0].sum().backward(), args.rounds)
         res["moe loop over experts"] = best_ms(loop, args.rounds)
         print(f"{label} (d {d}, batch {B}, L {L}), forward + backward, ms: "
               + ", ".join(f"{k} {v:.2f}" for k, v in res.items()))
@@ -226,11 +237,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--paper-batch", type=int, default=32)
     ap.add_argument("--skip-paper", action="store_true")
-    ap.add_argument("--skip-whole-run", action="store_true", help="skip timing two whole CPU-scale runs (~1 min)")
+    ap.add_argument("--skip-whole-run", action="store_true", help="skip timing whole CPU-scale runs (~1 min each)")
+    ap.add_argument("--skip-cpu-scale", action="store_true", help="skip the per-model rows (fresh models)")
+    ap.add_argument("--moe-kernels", default="dense,grouped",
+                    help="the MoE kernels the whole-run timing compares (dsa-moe against sa-mlp)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; fastest of {args.rounds} interleaved rounds")
-    rows = cpu_scale(args)
-    ratio_line(rows, "sa-mlp", "dsa-moe", "CPU scale, fresh models")
+    if not args.skip_cpu_scale:
+        rows = cpu_scale(args)
+        ratio_line(rows, "sa-mlp", "dsa-moe", "CPU scale, fresh models")
     if not args.skip_whole_run:
         whole_run_ratio(args)
     kernels(args)
