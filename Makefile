@@ -23,11 +23,13 @@ repro: setup
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
 # Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
-# cores / train.threads), or on a running Dask cluster (SCHEDULER=tcp://HOST:8786): docs/campaign.md.
+# cores / train.threads; on GPUs GPUS=N [GPUS_PER_WORKER=K], each run on the GPUs of its run.placement), or on a
+# running Dask cluster (SCHEDULER=tcp://HOST:8786): docs/campaign.md.
 campaign: setup
 	$(PY) -m itervision.config.params
 	-@$(PY) -m itervision.pipeline.remote pull
-	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(GPUS),--gpus $(GPUS)) $(if $(GPUS_PER_WORKER),--gpus-per-worker $(GPUS_PER_WORKER))
 	@$(MAKE) --no-print-directory status-clean
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
@@ -86,11 +88,12 @@ cpu-scale: setup
 
 # `make paper-plan` plans params.yaml as it is; SCALE=paper plans a scale without switching; GPU=nvidia-h200 takes
 # that GPU's measured rates (benchmarks/results/) and adds the placement of each run (planning/placement.py);
-# HOURS=H [GPUS=N] widens the placement until the campaign ends within H hours on N GPUs; FAST=1 skips fvcore and
-# the memory estimate.
+# HOURS=H [GPUS=N] widens the placement until the campaign ends within H hours on N GPUs; PLACE=1 writes the
+# placement into run.placement of the planned file (then `make campaign` runs it); FAST=1 skips fvcore and the
+# memory estimate.
 paper-plan: setup
 	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(GPU),--gpu $(GPU)) $(if $(FAST),--fast) \
-	  $(if $(HOURS),--hours $(HOURS)) $(if $(GPUS),--gpus $(GPUS))
+	  $(if $(HOURS),--hours $(HOURS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(PLACE),--write-placement)
 
 # The torchvision datasets of the paper scale into data/raw/ (the folders configs/scales/paper.yaml names).
 paper-data: setup

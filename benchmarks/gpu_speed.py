@@ -36,7 +36,6 @@ from itervision.config.matrix import model_spec, run_spec, study_models
 from itervision.models.registry import build_model
 from itervision.config.params import check_params
 from itervision.config.scales import render_scale
-from itervision.planning.plan import world_size
 
 MAIN = {"recursive": ("sa-mlp", "dsa-moe", "sa-moe", "encoder-only"),
         "sparseformer": ("sf-recurrent", "sf-static-16", "sf-static-25")}
@@ -47,7 +46,7 @@ class Bench:
         self.args, self.t0 = args, time.perf_counter()
         self.device = torch.device(args.device)
         self.p = check_params(render_scale(args.scale))
-        self.world = world_size(self.p.run.launcher)  # the plan's processes per run, as `make paper-plan` counts them
+        self.world = self.p.run.gpus  # the scale's processes per run before any placement (run.gpus)
         name = torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu"
         self.out = Path(args.out or f"benchmarks/results/{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json")
         self.result = {"gpu": name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
@@ -249,18 +248,25 @@ class Bench:
         main = [(s, first[s], m) for s in p.studies for m in MAIN[s] if (s, first[s], m) in per_gpu]
         jobs = []
         # the placement's batches first (planning/placement.py): the whole global batch on one GPU and half of it on
-        # each of two, every configuration, the costliest in the plan first; then compiled and the routed MoE
-        # kernel at the global batch
+        # each of two, every configuration, the costliest in the plan first; then the main models compiled at the
+        # global batch (SparseFormer's too), the routed MoE kernel there (rate, agreement, host syncs), evaluation
+        # and batch-1 latency per exit; then the figures of the 8-GPU batches
         glob = {a: run_spec(p, a[2], a[1]).train.global_batch for a in pairs}
         for a in self.by_value(pairs):
             for b in (glob[a], glob[a] // 2):
                 jobs.append((f"train {'/'.join(a)} b{b}", lambda a=a, b=b: self.train_speed(*a, [b])))
         for a in main:
             jobs.append((f"compile {'/'.join(a)} b{glob[a]}", lambda a=a: self.compiled_speed(*a, glob[a])))
-        if ("recursive", first["recursive"], "dsa-moe") in per_gpu:
-            a = ("recursive", first["recursive"], "dsa-moe")
-            jobs.append((f"train {'/'.join(a)} grouped b{glob[a]}", lambda: self.train_speed(
-                *a, [glob[a]], label="grouped_train_images_per_s", moe_kernel="grouped")))
+        moe = ("recursive", first["recursive"], "dsa-moe")
+        if moe in per_gpu:  # the routed kernel at the placement's batch: its rate, and that it syncs nothing
+            jobs.append((f"train {'/'.join(moe)} grouped b{glob[moe]}", lambda: self.train_speed(
+                *moe, [glob[moe]], label="grouped_train_images_per_s", moe_kernel="grouped")))
+            if self.device.type == "cuda":
+                jobs.append(("moe kernels agree", self.moe_kernels_agree))
+                jobs.append((f"kernels {'/'.join(moe)} grouped b{glob[moe]}", lambda: self.kernels_and_syncs(
+                    *moe, glob[moe], prefix="grouped_", moe_kernel="grouped")))
+        for s, ds, m in main:  # evaluation images/s and batch-1 latency per exit
+            jobs.append((f"inference {s}/{ds}/{m}", lambda a=(s, ds, m): self.inference(*a, 256)))
         for s, ds, m in main:  # the speed claims: the main models at the 8-GPU plan's batch and at 4x it
             jobs.append((f"train {s}/{ds}/{m}",
                          lambda a=(s, ds, m): self.train_speed(*a, [per_gpu[a], 4 * per_gpu[a]])))
@@ -269,23 +275,13 @@ class Bench:
             jobs.append((f"train {'/'.join(a)} grouped", lambda: self.train_speed(
                 *a, [per_gpu[a]], label="grouped_train_images_per_s", moe_kernel="grouped")))
         if self.device.type == "cuda":
-            jobs.append(("moe kernels agree", self.moe_kernels_agree))
             for s, ds, m in main[:2] + [("sparseformer", first["sparseformer"], "sf-recurrent")]:
                 jobs.append((f"kernels {s}/{ds}/{m}", lambda a=(s, ds, m): self.kernels_and_syncs(*a, per_gpu[a])))
-            a = ("recursive", first["recursive"], "dsa-moe")
-            if a in per_gpu:
-                jobs.append(("kernels dsa-moe grouped", lambda: self.kernels_and_syncs(
-                    *a, per_gpu[a], prefix="grouped_", moe_kernel="grouped")))
         for s, ds, m in pairs:  # every other configuration at the plan's batch
             if (s, ds, m) not in main:
                 jobs.append((f"train {s}/{ds}/{m}", lambda a=(s, ds, m): self.train_speed(*a, [per_gpu[a]])))
         for s, ds, m in [a for a in main if a[0] == "recursive" and a[2] in ("sa-mlp", "dsa-moe")]:
             jobs.append((f"compile {s}/{ds}/{m}", lambda a=(s, ds, m): self.compiled_speed(*a, per_gpu[a])))
-        for s, ds, m in main:
-            jobs.append((f"inference {s}/{ds}/{m}", lambda a=(s, ds, m): self.inference(*a, 256)))
-        sf = ("sparseformer", first["sparseformer"], "sf-recurrent")
-        if sf in per_gpu:
-            jobs.append(("compile sparseformer sf-recurrent", lambda: self.compiled_speed(*sf, 4 * per_gpu[sf])))
         for what, fn in jobs:
             if self.left() < (120 if what.startswith("compile") else 10):
                 self.result["skipped"].append(what)

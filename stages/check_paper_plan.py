@@ -5,6 +5,7 @@ memory of every planned run (itervision/planning/plan.py says how each figure is
     python stages/check_paper_plan.py --scale paper         # a scale from configs/scales/, params.yaml untouched
     python stages/check_paper_plan.py --gpu nvidia-h200     # hours from benchmarks/results/nvidia-h200.json
     python stages/check_paper_plan.py --fast                # structure, sources and analytic costs (seconds)
+    python stages/check_paper_plan.py --gpu nvidia-h200 --write-placement   # run.placement into params.yaml
 
 --gpu names a benchmark result file (written by `make gpu-benchmark` on that GPU): its measured training
 images/s give the hours of every configuration it covers; the rest are FLOP estimates, labelled so. --fast skips
@@ -12,12 +13,14 @@ what needs a model built at full size: fvcore counts (SparseFormer GFLOPs, and w
 the memory estimate.
 """
 import argparse
+from pathlib import Path
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.config.params import check_params, load_params
 from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
                                      placement_table, plan_runs, published_check)
 from itervision.config.scales import render_scale
+from itervision.planning.placement import write_placement
 
 
 @cli_entry
@@ -29,6 +32,9 @@ def main(argv=None):
     ap.add_argument("--fast", action="store_true", help="no fvcore counts, no memory estimate")
     ap.add_argument("--hours", type=float, help="with --gpu: widen placements until the campaign ends within H hours")
     ap.add_argument("--gpus", type=int, default=8, help="the GPUs the --hours deadline is planned on (default 8)")
+    ap.add_argument("--write-placement", action="store_true",
+                    help="with --gpu: write the placement into run.placement of --params (params.yaml), which "
+                         "`make campaign` then runs")
     args = ap.parse_args(argv)
     p = check_params(render_scale(args.scale)) if args.scale else load_params(args.params)
     rates = None
@@ -49,10 +55,21 @@ def main(argv=None):
     for line in cost_table(plans, args.fast, rates) + makespan_lines(plans, args.fast):
         print(line)
     if rates:
-        for line in placement_table(p, plans, rates, args.hours, args.gpus)[0]:
+        lines, totals = placement_table(p, plans, rates, args.hours, args.gpus)
+        for line in lines:
             print(line)
-    elif args.hours is not None:
-        raise UserError("--hours plans a placement from measured rates: add --gpu NAME")
+        if args.write_placement:
+            target = Path(args.params)
+            if args.scale:
+                raise UserError(f"--write-placement writes {args.params}, which must hold the planned scale: run "
+                                f"`python stages/set_scale.py {args.scale}`, then plan without --scale")
+            note = (f"make paper-plan GPU={args.gpu}" + (f" HOURS={args.hours:g} GPUS={args.gpus}" if args.hours else "")
+                    + " PLACE=1 (planning/placement.py)")
+            write_placement(target, totals["placement"], note)
+            print(f"wrote run.placement ({len(totals['placement'])} configurations; the rest keep run.gpus "
+                  f"{p.run.gpus}) into {target}; `make campaign` runs it")
+    elif args.hours is not None or args.write_placement:
+        raise UserError("--hours and --write-placement plan a placement from measured rates: add --gpu NAME")
     if rates is None:
         known = ", ".join(sorted(f.stem for f in RESULTS.glob("*.json")))
         if known:

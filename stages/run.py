@@ -1,7 +1,10 @@
 """DVC stage: train one (study, dataset, model, seed), then predict every exit on the calib and test splits.
 
     python stages/run.py --study recursive --dataset fashion_mnist --model dsa-moe --seed 0
-    torchrun --nproc_per_node=8 stages/run.py --study sparseformer --dataset imagenet200 --model sf-recurrent --seed 0
+
+A run whose recipe takes several processes (params run.gpus / run.placement, its run.json's `world`) starts its own
+torchrun group on this node (`torchrun --standalone --nproc_per_node=WORLD stages/run.py ...`); under a launcher of
+its own (torchrun across nodes) the launched world size must equal the recipe's.
 
 Reads configs/resolved/DATASET/MODEL/{model,run}.json (stage configure) and data/prepared/DATASET; writes the
 run folder runs/STUDY/DATASET/MODEL/seedN/ (see itervision/runs.py) through a staging folder renamed into place
@@ -12,6 +15,7 @@ the prepared data or the training code differ from what the weights were trained
 """
 import contextlib
 import os
+import sys
 
 from _common import run_parser
 
@@ -50,6 +54,12 @@ def main(argv=None):
     record = RunRecord(args.study, args.dataset, args.model, args.seed)
     spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
     os.environ.update(run.train.cpu_pin_env())  # the recipe's pin wins over whatever the caller set
+    if run.world > 1 and "LOCAL_RANK" not in os.environ and not args.evaluate_only:
+        # the run's own torchrun group of run.world processes on this node (params run.gpus / run.placement); a
+        # campaign gives the command the GPUs it placed there (CUDA_VISIBLE_DEVICES)
+        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  f"--nproc_per_node={run.world}", os.path.abspath(__file__),
+                                  *(sys.argv[1:] if argv is None else argv)])
     from itervision.engine.checkpoint import remove_checkpoints
     from itervision.engine.environment import check_cpu_pin, environment_record
     from itervision.engine.distributed import cleanup, launch_rank
@@ -57,6 +67,11 @@ def main(argv=None):
     from itervision.evaluation.evaluate import evaluate_run
 
     check_cpu_pin(run.train.cpu_capability)
+    launched = launch_rank()[1]
+    if launched != run.world and not args.evaluate_only:
+        raise UserError(f"{record.stage}: its recipe trains on {run.world} processes (params run.gpus / run.placement) "
+                        f"but the launcher started {launched}; run `python stages/run.py` (it starts its own group) or "
+                        f"change run.placement")
     prepared = prepared_dir(args.dataset)
     main_rank = launch_rank()[0] == 0
     with record.lock() if main_rank else contextlib.nullcontext():

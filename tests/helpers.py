@@ -35,9 +35,10 @@ def sf_config(num_classes=4, in_chans=1, **kw) -> SparseFormerConfig:
     return parse(SparseFormerConfig, {**SF, **kw, "num_classes": num_classes, "in_chans": in_chans}, "test")
 
 
-def tiny_params(root: Path, per_class=(20, 5), **train) -> dict:
+def tiny_params(root: Path, per_class=(20, 5), run: dict | None = None, **train) -> dict:
     """The repository's tiny scale in `root`, reading a synthetic Fashion-MNIST (real idx format, 20 train and
-    5 test images per class) from root/source; written to root/params.yaml. Images are read at 16 px."""
+    5 test images per class) from root/source; written to root/params.yaml. Images are read at 16 px. `run`:
+    keys of the run group (gpus, placement)."""
     from itervision.data.synthetic import idx_dataset
 
     source = root / "source" / "fashion_mnist"
@@ -51,11 +52,12 @@ def tiny_params(root: Path, per_class=(20, 5), **train) -> dict:
     params["architectures"]["sparseformer"]["img_size"] = 16
     params["train"].update({"epochs": 2, "global_batch": 8, "lr_batch": 8, "curve_points": 2, "curve_images": 8,
                             **train})
+    params["run"].update(run or {})
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return params
 
 
-def prepare(root: Path, **train) -> dict:
+def prepare(root: Path, run: dict | None = None, **train) -> dict:
     """tiny_params, then the subset and configure stages' work in `root` (as `dvc repro` would)."""
     import os
 
@@ -64,7 +66,7 @@ def prepare(root: Path, **train) -> dict:
     from itervision.config.matrix import resolved_configs
     from itervision.config.params import load_params
 
-    raw = tiny_params(root, **train)
+    raw = tiny_params(root, run=run, **train)
     cwd = os.getcwd()
     os.chdir(root)
     try:

@@ -123,3 +123,30 @@ def test_a_failing_stage_stops_its_dependents_with_one_line(tmp_path):
                                                    "'train.global_batch' = 0"), r.stderr
     assert "run_recursive" not in r.stdout.replace("not run after a failure", "")
     assert not (repo / "runs").exists()
+
+
+def test_one_gpu_workers_run_two_runs_side_by_side_and_a_run_too_wide_is_refused(built_repo, tmp_path):
+    """--gpus 2 --gpus-per-worker 1 on this CPU machine: two workers of one (stand-in) GPU each, CUDA_VISIBLE_DEVICES
+    0 and 1. The two one-process runs go one to each device at the same time, and their predictions equal the
+    sequential `dvc repro`'s. A run placed on 2 processes cannot fit a one-GPU worker: refused in one line."""
+    repo = make_repo(tmp_path / "repo")
+    runs = ["run_sparseformer@fashion_mnist-sf-static-9-0", "run_sparseformer@fashion_mnist-sf-recurrent-0"]
+    r = campaign(repo, "--gpus", "2", "--gpus-per-worker", "1", *runs)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "campaign on 2 local Dask workers x 1 GPUs" in r.stdout
+    devices = {line.split(": done")[0].split(":")[-1]: line.rsplit("on GPU ", 1)[1].split()[0]
+               for line in r.stdout.splitlines() if "run_sparseformer@" in line and ": done in" in line}
+    assert sorted(devices.values()) == ["0", "1"], r.stdout  # one run on each device
+    assert "at most 2 GPU stages at once" in r.stdout  # side by side
+    for model in ("sf-static-9", "sf-recurrent"):
+        ours, theirs = (np.load(root / f"runs/sparseformer/fashion_mnist/{model}/seed0/predictions.npz")
+                        for root in (repo, built_repo))
+        assert all(np.array_equal(ours[k], theirs[k]) for k in ours.files), model
+    params = repo / "params.yaml"
+    params.write_text(params.read_text().replace("  placement: {}", "  placement: {fashion_mnist/sf-static-9: 2}"))
+    r = campaign(repo, "--gpus", "2", "--gpus-per-worker", "1", runs[0])  # sf-static-9 now on 2
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "needs 2 GPUs (params run.gpus / run.placement) and the largest worker has 1" \
+        in lines[0], r.stderr
+    assert (repo / "runs/sparseformer/fashion_mnist/sf-static-9/seed0/metrics.json").exists()  # kept: nothing ran

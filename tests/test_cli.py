@@ -128,7 +128,7 @@ def test_scales_render_and_cpu_params_are_the_shipped_file(tmp_path):
         params = yaml.safe_load(out.read_text())
         assert params["scale"] == scale and "base" not in params
     paper = yaml.safe_load((tmp_path / "paper.yaml").read_text())
-    assert paper["architectures"]["recursive"]["dim"] == 512 and paper["run"]["launcher"].startswith("torchrun")
+    assert paper["architectures"]["recursive"]["dim"] == 512 and paper["run"]["gpus"] == 8
     smoke = yaml.safe_load((tmp_path / "paper-smoke.yaml").read_text())
     assert smoke["architectures"] == paper["architectures"] and smoke["models"] == paper["models"]
     assert smoke["train"]["randaugment"] == paper["train"]["randaugment"] and smoke["train"]["epochs"] == 1

@@ -155,23 +155,24 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
 
 @pytest.mark.slow  # torchrun
 def test_one_and_two_processes_train_the_same_recipe(repo, tmp_path):
-    """The global batch rule: under torchrun (gloo) with 2 processes each takes half of train.global_batch, so the
-    images per optimiser step, the steps and the learning rate of every step equal those of one process."""
+    """The global batch rule: a recipe of 2 processes (params run.gpus 2) starts its own torchrun group (gloo) from
+    a plain `python stages/run.py`, and each process takes half of train.global_batch, so the images per
+    optimiser step, the steps and the learning rate of every step equal those of one process."""
     run = ["stages/run.py", "--study", "sparseformer", "--dataset", "fashion_mnist", "--model", "sf-recurrent",
            "--seed", "0", "--quiet"]
-    launcher = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    r = run_py(repo, *[str(ROOT / run[0])] + run[1:], launcher=launcher, env={"OMP_NUM_THREADS": "1"})
+    two_root = tmp_path / "two"
+    prepare(two_root, run={"gpus": 2})
+    assert json.loads((two_root / "configs/resolved/fashion_mnist/sf-recurrent/run.json").read_text())["world"] == 2
+    r = run_py(two_root, *[str(ROOT / run[0])] + run[1:], env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    out = repo / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0"
+    out = two_root / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0"
     two = json.loads((out / "train_log.json").read_text())
     assert (out / "metrics.json").exists() and (out / "predictions.npz").exists()
-    single = tmp_path / "single"
-    prepare(single)
-    r = run_py(single, *[str(ROOT / run[0])] + run[1:])
+    r = run_py(repo, *[str(ROOT / run[0])] + run[1:])
     assert r.returncode == 0, r.stderr[-3000:]
-    one = json.loads((single / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0/train_log.json").read_text())
+    one = json.loads((repo / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0/train_log.json").read_text())
     worlds = [json.loads((root / "runs/sparseformer/fashion_mnist/sf-recurrent/seed0/config.json").read_text())[
-        "world_size"] for root in (single, repo)]
+        "world_size"] for root in (repo, two_root)]
     assert worlds == [1, 2]
     assert one["global_batch"] == two["global_batch"] == 8
     assert (one["per_process_batch"], two["per_process_batch"]) == (8, 4)
@@ -188,12 +189,12 @@ def test_a_compiled_step_under_two_processes_trains_like_the_eager_one(tmp_path)
     logs = {}
     for mode in ("none", "reduce-overhead"):
         root = tmp_path / mode
-        prepare(root, compile=mode, epochs=1, steps_per_epoch=4, curve_points=0)  # what it must prove: 4 steps
+        prepare(root, run={"gpus": 2}, compile=mode, epochs=1, steps_per_epoch=4, curve_points=0)  # 4 steps
         cache = root / "inductor"  # where inductor writes the code it generates: proof that it compiled
         env = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
         r = run_py(root, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
                    "dsa-moe", "--seed", "0", "--quiet", env=env,
-                   launcher=[PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"])
+                   launcher=[PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"])  # by hand
         assert r.returncode == 0, r.stderr[-3000:]
         assert (cache.exists() and any(cache.rglob("*.py"))) == (mode != "none"), mode
         out = root / "runs/recursive/fashion_mnist/dsa-moe/seed0"
@@ -208,13 +209,29 @@ def test_a_compiled_step_under_two_processes_trains_like_the_eager_one(tmp_path)
         assert [b[k] for k in keys] == pytest.approx([a[k] for k in keys], rel=1e-5)
 
 
+def test_a_placement_the_global_batch_does_not_divide_is_one_line(tmp_path, monkeypatch):
+    from helpers import tiny_params
+    from itervision.config.params import load_params
+    from itervision.errors import UserError
+
+    tiny_params(tmp_path, run={"placement": {"fashion_mnist/sa-mlp": 3}})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="train.global_batch 8 is not divisible by the 3 processes of this run"):
+        load_params()
+    tiny_params(tmp_path, run={"placement": {"fashion_mnist/no-such-model": 2}})
+    with pytest.raises(UserError, match="run.placement names fashion_mnist/no-such-model, which is no"):
+        load_params()
+
+
 @pytest.mark.slow  # torchrun
-def test_a_global_batch_the_world_does_not_divide_is_one_line(repo):
+def test_a_launcher_that_starts_another_world_than_the_recipe_is_one_line(repo):
+    """The number of processes is part of the recipe (run.json's world): torchrun with 2 processes on a recipe of
+    1 is refused before training, so no run is recorded with a recipe it did not follow."""
     r = run_py(repo, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
                "sa-mlp", "--seed", "0", "--quiet", launcher=[PY, "-m", "torch.distributed.run", "--standalone",
-                                                             "--nproc_per_node=3"], env={"OMP_NUM_THREADS": "1"})
+                                                             "--nproc_per_node=2"], env={"OMP_NUM_THREADS": "1"})
     assert r.returncode != 0
-    assert "train.global_batch 8 is not divisible by the 3 processes of this run" in r.stderr + r.stdout
+    assert "its recipe trains on 1 processes (params run.gpus / run.placement) but the launcher started 2" in r.stderr
     assert not (repo / "runs/recursive/fashion_mnist/sa-mlp/seed0").exists()
 
 

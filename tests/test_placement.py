@@ -94,4 +94,32 @@ def test_the_paper_plan_prints_the_placement_from_a_rates_file(tmp_path, capsys)
     placed = {r[1]: (int(r[4]), int(r[5]), r[7]) for r in rows}
     assert placed == {m: (1, 1024, "measured") for m in ("encoder-only", "sa-mlp", "sa-moe", "dsa-moe")}
     assert not any(line.startswith("recursive ") and " cifar100 " in line for line in table)  # no rate: not placed
-    assert "GPU-hours of the placed campaign" in out and "makespan placed / today" in out
+    assert "GPU-hours of the placed campaign" in out and "makespan placed / as placed now" in out
+
+
+def test_the_written_placement_is_what_the_runs_train_on(tmp_path, monkeypatch):
+    """--write-placement sets run.placement in params.yaml (every other line kept, a second write replaces the
+    first), and each placed run's resolved run.json carries its number of processes; the plan then counts the
+    placed worlds as the params' own."""
+    import yaml
+
+    from helpers import tiny_params
+    from itervision.config.matrix import resolved_configs
+    from itervision.config.params import load_params
+    from itervision.planning.placement import write_placement
+
+    tiny_params(tmp_path)
+    params = tmp_path / "params.yaml"
+    before = yaml.safe_load(params.read_text())
+    monkeypatch.chdir(tmp_path)
+    write_placement(params, {"fashion_mnist/sa-mlp": 2, "fashion_mnist/sf-recurrent": 4}, "a test")
+    write_placement(params, {"fashion_mnist/sa-mlp": 2}, "a test, again")
+    after = yaml.safe_load(params.read_text())
+    assert after["run"]["placement"] == {"fashion_mnist/sa-mlp": 2}
+    assert {k: v for k, v in after.items() if k != "run"} == {k: v for k, v in before.items() if k != "run"}
+    assert after["run"]["launcher"] == before["run"]["launcher"] and "# a test, again" in params.read_text()
+    p = load_params()
+    worlds = {m: files["run.json"]["world"] for (ds, m), files in resolved_configs(p).items()}
+    assert worlds["sa-mlp"] == 2 and worlds["sf-recurrent"] == worlds["dsa-moe"] == 1
+    write_placement(params, {}, "none")
+    assert yaml.safe_load(params.read_text())["run"]["placement"] == {}

@@ -79,7 +79,8 @@ def model_spec(p: Params, model: str, dataset: str) -> ModelSpec:
 
 
 def run_spec(p: Params, model: str, dataset: str) -> RunSpec:
-    return RunSpec(train=train_config(p, dataset, study_of(p, model)), evaluate=p.evaluate)
+    return RunSpec(train=train_config(p, dataset, study_of(p, model)), evaluate=p.evaluate,
+                   world=p.run.world(dataset, model))
 
 
 def resolved_configs(p: Params) -> dict:

@@ -84,9 +84,29 @@ class SubsetParams:
                                  + ", ".join(n for n, f in DATASETS.items() if f.source == "torchvision"))
 
 
+def _placement_keys(mapping) -> bool:
+    return all(isinstance(k, str) and k.count("/") == 1 and all(is_name(x) for x in k.split("/")) for k in mapping)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunParams:
-    launcher: str = key(hint="python, or torchrun ... (see README)")
+    """How a run is launched and on how many processes (GPUs). The number of processes is part of a run's recipe:
+    BatchNorm statistics (the recursive encoder) and the ranks' augmentation streams depend on it, so it is in
+    every run's resolved run.json and fingerprint, and a change of placement retrains exactly the runs it moves."""
+    launcher: str = key(hint="python (a run of several processes starts its own torchrun group), or a torchrun "
+                             "command with --nnodes for runs across nodes (docs/campaign.md)")
+    gpus: int = key(1, default=1, doc="processes (GPUs) of a run that placement does not name")
+    placement: dict[str, int] = key(default={}, pattern=_placement_keys,
+                                    hint="DATASET/MODEL: processes, e.g. {cifar10/sa-mlp: 1} (make paper-plan "
+                                         "PLACE=1 writes it)")
+
+    def check(self):
+        bad = [k for k, v in self.placement.items() if v < 1]
+        if bad:
+            raise ValueError(f"run.placement.{bad[0]} = {self.placement[bad[0]]}: a run takes at least 1 process")
+
+    def world(self, dataset: str, model: str) -> int:
+        return self.placement.get(f"{dataset}/{model}", self.gpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,8 +231,23 @@ def check_params(raw: dict) -> Params:
     p = Params(scale=scale, seeds=seeds, ablation_seeds=abl, studies=studies, raw=raw, **groups)
     _check_datasets(p)
     _check_models(p)
+    _check_placement(p)
     claims, runs = _settle(p, raw.get("settle"))
     return dataclasses.replace(p, settle_claims=claims, settle_runs=runs)
+
+
+def _check_placement(p: Params) -> None:
+    """run.placement names (dataset, model) pairs of the pipeline, each on a number of processes that divides its
+    global batch (per-process batch = global batch / processes, the recipe's rule)."""
+    from itervision.config.matrix import study_models
+
+    pairs = {f"{ds}/{m}": (ds, s) for s in p.studies for ds, m in study_models(p, s)}
+    for k in p.run.placement:
+        if k not in pairs:
+            raise UserError(f"run.placement names {k}, which is no (dataset/model) of this pipeline (e.g. "
+                            f"{sorted(pairs)[0]}); remove it or write the placement again with make paper-plan PLACE=1")
+    for k, (ds, study) in pairs.items():
+        train_config(p, ds, study).batching(p.run.world(*k.split("/")))
 
 
 def family_code(p: Params, model: str, dataset: str) -> str:

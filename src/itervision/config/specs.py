@@ -52,9 +52,10 @@ class ModelSpec:
 class RunSpec:
     train: TrainConfig
     evaluate: EvaluateConfig
+    world: int = 1  # processes (GPUs) the run trains on: params run.gpus / run.placement
 
     def to_json(self) -> dict:
-        return {"train": as_dict(self.train), "evaluate": as_dict(self.evaluate)}
+        return {"train": as_dict(self.train), "evaluate": as_dict(self.evaluate), "world": self.world}
 
 
 def _read(dataset: str, model: str, name: str, required: tuple) -> tuple[dict, str]:
@@ -86,12 +87,15 @@ def read_model_spec(dataset: str, model: str) -> ModelSpec:
 
 
 def run_spec_from_json(data: dict, source: str) -> RunSpec:
+    world = data.get("world", 1)
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise UserError(f"{source}: world = {world!r} is not a process count >= 1; {REGENERATE}")
     return RunSpec(train=_checked(TrainConfig, data["train"], f"{source}: train"),
-                   evaluate=_checked(EvaluateConfig, data["evaluate"], f"{source}: evaluate"))
+                   evaluate=_checked(EvaluateConfig, data["evaluate"], f"{source}: evaluate"), world=world)
 
 
 def read_run_spec(dataset: str, model: str) -> RunSpec:
-    data, source = _read(dataset, model, "run.json", ("train", "evaluate"))
+    data, source = _read(dataset, model, "run.json", ("train", "evaluate", "world"))
     return run_spec_from_json(data, source)
 
 

@@ -166,3 +166,43 @@ def meet_deadline(placed: dict, all_options: dict, runs: dict, gpus: int, hours:
         else:
             return placed, False
     return placed, True
+
+
+def write_placement(path, placement: dict[str, int], note: str) -> None:
+    """Set `run.placement` of a params or scale file to `placement` ({"dataset/model": processes}), as a block of
+    the `run:` group (the other lines, comments included, unchanged), written atomically; the result is read back
+    and must hold exactly this mapping."""
+    from pathlib import Path
+
+    import yaml
+
+    from itervision.errors import UserError
+    from itervision.io import write_text
+
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    start = next((i for i, x in enumerate(lines) if x.split("#")[0].rstrip() == "run:"), None)
+    if start is None:
+        raise UserError(f"{path} has no `run:` group to hold the placement; add `run:` with its launcher")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith((" ", "#"))),
+               len(lines))
+    group = lines[start + 1:end]
+    keep, skipping = [], False
+    for line in group:  # drop the old placement block: its key line and the lines indented under it
+        if line.startswith("  placement:"):
+            skipping = True
+            continue
+        if skipping and (line.startswith("    ") or not line.strip()):
+            continue
+        skipping = False
+        keep.append(line)
+    while keep and not keep[-1].strip():
+        keep.pop()
+    block = [f"  placement:                   # {note}"] + [f"    {k}: {v}" for k, v in sorted(placement.items())]
+    if not placement:
+        block = [f"  placement: {{}}               # {note}"]
+    text = "\n".join(lines[:start + 1] + keep + block + ([""] if end < len(lines) else []) + lines[end:]) + "\n"
+    got = (yaml.safe_load(text).get("run") or {}).get("placement")
+    if got != placement:
+        raise UserError(f"could not write run.placement into {path} (read back {got!r}); edit it by hand")
+    write_text(path, text)

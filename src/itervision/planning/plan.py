@@ -88,13 +88,6 @@ def train_images(p: Params, dataset: str) -> int:
     return total - classes * spec.calib_per_class
 
 
-def world_size(launcher: str) -> int:
-    parts = launcher.replace("=", " ").split()
-    nodes = int(parts[parts.index("--nnodes") + 1]) if "--nnodes" in parts else 1
-    per_node = int(parts[parts.index("--nproc_per_node") + 1]) if "--nproc_per_node" in parts else 1
-    return nodes * per_node
-
-
 def check_structure(p: Params) -> list[str]:
     from itervision.data.class_lists import imagenet1k_synsets
     from itervision.data.sources import read_class_list
@@ -251,12 +244,11 @@ def measured_rate(entry: dict, batch: int, compile_mode: str) -> dict:
 
 
 def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | None = None) -> list[ModelPlan]:
-    world = world_size(p.run.launcher)
     gcache, mcache, out = {}, {}, []
     for study in p.studies:
         runs = expected_runs(p, study)
         for ds, m in study_models(p, study):
-            spec, train = model_spec(p, m, ds), train_config(p, ds, study)
+            spec, train, world = model_spec(p, m, ds), train_config(p, ds, study), p.run.world(ds, m)
             batch = train.batching(world).per_process
             n = sum(1 for r in runs if (r.dataset, r.model) == (ds, m))
             mp = ModelPlan(study, m, ds, n, train.epochs, train_images(p, ds), model_gflops(spec.config, gcache, fast),
@@ -392,27 +384,23 @@ def run_hours(mp: ModelPlan, u: float) -> float:
 
 def makespan(plans: list[ModelPlan], gpus: int, u: float) -> float:
     """Hours until the last run of the campaign ends on `gpus` GPUs: every run takes `world` GPUs (its torchrun
-    group) for its GPU-hours / world; runs are independent of each other (the profile, aggregate and report
-    stages around them take minutes), so they are list-scheduled longest first onto gpus // world slots."""
-    import heapq
+    group, params run.gpus / run.placement) for its GPU-hours / world; runs are independent of each other (the
+    profile, aggregate and report stages around them take minutes), so they are gang-scheduled longest first
+    (placement.makespan)."""
+    from itervision.planning.placement import makespan as gang
 
-    jobs = sorted((run_hours(mp, u) / mp.world for mp in plans if not math.isnan(run_hours(mp, u))
-                   for _ in range(mp.runs)), reverse=True)
-    world = max(mp.world for mp in plans)
-    slots = [0.0] * max(1, gpus // world)
-    heapq.heapify(slots)
-    for job in jobs:
-        heapq.heappush(slots, heapq.heappop(slots) + job)
-    return max(slots)
+    return gang([(mp.world, run_hours(mp, u) / mp.world) for mp in plans if not math.isnan(run_hours(mp, u))
+                 for _ in range(mp.runs)], gpus)
 
 
 def makespan_lines(plans: list[ModelPlan], fast: bool = False) -> list[str]:
     u = utilisation(plans, fast)
-    world = max(mp.world for mp in plans)
+    worlds = sorted({mp.world for mp in plans})
     counted = sum(mp.runs for mp in plans if not math.isnan(run_hours(mp, u)))
     parts = [f"{g} GPUs {makespan(plans, g, u):,.1f} h" for g in MAKESPAN_GPUS]
-    return [f"campaign makespan ({counted} runs of {world} GPUs each, list-scheduled longest first; measured rates "
-            f"where the benchmark has them, else the H100 FLOP estimate): " + ", ".join(parts)]
+    return [f"campaign makespan ({counted} runs of {' or '.join(map(str, worlds))} GPUs each (run.gpus / "
+            f"run.placement), longest first; measured rates where the benchmark has them, else the H100 FLOP "
+            f"estimate): " + ", ".join(parts)]
 
 
 def published_check(p: Params) -> list[str]:
@@ -448,7 +436,7 @@ def published_check(p: Params) -> list[str]:
 def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hours: float | None = None,
                     deadline_gpus: int = 8) -> tuple[list[str], dict]:
     """Per (model, dataset): the placement of fewest GPU-hours that fits the GPU (planning/placement.py), beside
-    today's one torchrun group of `world` GPUs per run; GPU-hours (counted: measured or interpolated rates only)
+    the world params give each run now (run.gpus / run.placement); GPU-hours (counted: measured or interpolated rates only)
     and makespans. With deadline_hours, the placement widens until the campaign ends within it on deadline_gpus
     GPUs. Returns (lines, totals)."""
     from itervision.planning.placement import (GPU_MEMORY_GIB, choose, counted, makespan, meet_deadline,
@@ -488,14 +476,15 @@ def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hou
              f"number of GPUs of fewest GPU-hours that holds the global batch; rates measured / interpolated (count "
              f"toward the targets) or extrapolated (labelled, not counted)",
              f"{'study':12s} {'model':18s} {'dataset':13s} {'runs':>4s} {'GPUs':>4s} {'b/GPU':>6s} {'img/s/GPU':>10s} "
-             f"{'rate':>12s} {'GiB':>6s} {'mem':>12s} {'GPU-h/run':>9s} {'today GPUs':>10s} {'today GPU-h/run':>15s}"]
-    totals = {"placed_counted": 0.0, "placed_all": 0.0, "today": 0.0, "uncounted": []}
+             f"{'rate':>12s} {'GiB':>6s} {'mem':>12s} {'GPU-h/run':>9s} {'params GPUs':>11s} {'params GPU-h/run':>16s}"]
+    totals = {"placed_counted": 0.0, "placed_all": 0.0, "today": 0.0, "uncounted": [],
+              "placement": {f"{k[2]}/{k[1]}": o.world for k, o in placed.items()}}
     for key, o in placed.items():
         study, model, ds = key
         t_world, t_hours, t_basis = today[key]
         lines.append(f"{study:12s} {model:18s} {ds:13s} {runs[key]:4d} {o.world:4d} {o.batch:6d} "
                      f"{o.images_per_s:10,.0f} {o.rate_basis:>12s} {o.peak_gib or float('nan'):6.1f} "
-                     f"{o.memory_basis:>12s} {o.gpu_hours:9.2f} {t_world:10d} {t_hours:10.2f} ({t_basis})")
+                     f"{o.memory_basis:>12s} {o.gpu_hours:9.2f} {t_world:11d} {t_hours:11.2f} ({t_basis})")
         totals["placed_all"] += o.gpu_hours * runs[key]
         totals["today"] += t_hours * runs[key]
         if counted(o):
@@ -511,9 +500,9 @@ def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hou
     lines.append(f"GPU-hours of the placed campaign: {totals['placed_counted']:,.0f} from measured or interpolated "
                  f"rates" + (f" + {totals['placed_all'] - totals['placed_counted']:,.0f} from extrapolated ones "
                              f"({len(totals['uncounted'])} configurations, e.g. {totals['uncounted'][0]})"
-                             if totals["uncounted"] else "") + f"; today (every run on its torchrun group): "
+                             if totals["uncounted"] else "") + f"; as params.yaml places them now (run.gpus / run.placement): "
                  f"{totals['today']:,.0f}")
-    lines.append("makespan placed / today: " + ", ".join(
+    lines.append("makespan placed / as placed now: " + ", ".join(
         f"{g} GPUs {totals[f'makespan_{g}']:,.1f} h / {totals[f'makespan_today_{g}']:,.1f} h" for g in (8, 64, 256))
         + (f" (deadline {deadline_hours:g} h on {deadline_gpus} GPUs: "
            f"{'met' if met else 'NOT met: no wider placement shortens the campaign further'})" if met is not None
