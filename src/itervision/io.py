@@ -1,4 +1,5 @@
-"""Atomic file writing (temp file in the same folder + rename) and guarded reading of files between stages."""
+"""Atomic file writing (temp file in the same folder + rename), guarded reading of files between stages, and the
+exclusive lock files that keep two processes off one run or one workspace."""
 from __future__ import annotations
 
 import json
@@ -167,3 +168,29 @@ def commit_dir(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
     if out.exists():
         shutil.rmtree(out)
     Path(tmp).rename(out)
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike, holder: str, refusal):
+    """Hold an exclusive lock on the file `path` for the block, the file naming its holder (`holder`, e.g. a PID);
+    when another process holds it, raise UserError(refusal(what the file names)) at once."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise UserError(refusal(f.read().strip() or "another process")) from None
+        f.seek(0)
+        f.truncate()
+        f.write(holder)
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from itervision.errors import UserError
-from itervision.io import atomic_path, commit_dir, read_json_file, save_torch, write_json
+from itervision.io import atomic_path, commit_dir, exclusive_lock, read_json_file, save_torch, write_json
 from itervision.layout import checkpoint_dir, model_dir
 from itervision.names import profile_stage_name, run_stage_name
 
@@ -77,26 +77,11 @@ class RunRecord:
     @contextmanager
     def lock(self):
         """Hold the run's exclusive lock for the block; a second process on the same run fails in one line."""
-        import fcntl
-
         path = self.checkpoint_dir.with_name(f"seed{self.seed}.lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                holder = f.read().strip() or "another process"
-                raise UserError(f"{self.model} seed {self.seed} on {self.dataset} is being trained by {holder} "
-                                f"(lock {path}); wait for it to end or stop it, then rerun") from None
-            f.seek(0)
-            f.truncate()
-            f.write(f"process {os.getpid()}")
-            f.flush()
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive_lock(path, f"process {os.getpid()}",
+                            lambda holder: f"{self.model} seed {self.seed} on {self.dataset} is being trained by "
+                                           f"{holder} (lock {path}); wait for it to end or stop it, then rerun"):
+            yield
 
     def start_staging(self, keep: tuple[str, ...] = ()) -> RunRecord:
         """An empty staging folder (a leftover of an interrupted run removed), with copies of the run folder's

@@ -7,40 +7,22 @@ orchestrators would otherwise interleave (each run trained twice, a stale worksp
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from itervision.errors import UserError, cli_entry
+from itervision.io import exclusive_lock
 
 LOCK = Path(".dvc/tmp/itervision.lock")
 
 
-@contextlib.contextmanager
 def hold(what: str, path: Path = LOCK):
     """The workspace lock for `what` (a command line), or a one-line error naming the process that holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise UserError(f"this workspace's pipeline is being run by {holder}; wait for it to finish (or stop it) "
-                            f"before `{what}`") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"`{what}` (PID {os.getpid()})")
-        f.flush()
-        try:
-            yield
-        finally:
-            f.seek(0)
-            f.truncate()
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return exclusive_lock(path, f"`{what}` (PID {os.getpid()})",
+                          lambda holder: f"this workspace's pipeline is being run by {holder}; wait for it to finish "
+                                         f"(or stop it) before `{what}`")
 
 
 @cli_entry
