@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
-export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
 	gpu-benchmark pipelines campaign settle

@@ -151,7 +151,9 @@ def test_a_second_process_on_the_same_run_fails_in_one_line(tmp_path, monkeypatc
 
 
 def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_path):
-    prepare(tmp_path, curve_points=4)
+    # 40 epochs with a checkpoint at the first curve point (step 20 of 800): the signal lands with most of the
+    # run still to go (at 2 epochs a warm machine finished the run between the checkpoint and the signal)
+    prepare(tmp_path, curve_points=40, epochs=40)
     proc = subprocess.Popen([PY, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist",
                              "--model", "dsa-moe", "--seed", "0", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -159,6 +161,7 @@ def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_
     deadline = time.time() + 300
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
