@@ -152,11 +152,13 @@ def test_a_second_process_on_the_same_run_fails_in_one_line(tmp_path, monkeypatc
 
 def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_path):
     # 40 epochs with a checkpoint at the first curve point (step 20 of 800): the signal lands with most of the
-    # run still to go (at 2 epochs a warm machine finished the run between the checkpoint and the signal)
+    # run still to go. The child gets SIGINT's default back: pytest started in the background by a
+    # non-interactive shell (`nohup ... &`) ignores SIGINT, a child inherits that, and the run then finished (rc 0)
     prepare(tmp_path, curve_points=40, epochs=40)
     proc = subprocess.Popen([PY, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist",
                              "--model", "dsa-moe", "--seed", "0", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ckpt = tmp_path / "checkpoints/recursive/fashion_mnist/dsa-moe/seed0/last.pt"
     deadline = time.time() + 300
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
