@@ -211,10 +211,10 @@ def test_a_second_pipeline_writer_is_refused_naming_the_first(tmp_path, monkeypa
 
 # ---------------------------------------------------------------------------------------------- provenance
 
-def fake_runs(torch_versions):
+def fake_runs(torch_versions, capability="AVX2"):  # the committed params' pin
     return {("fashion_mnist", "sa-mlp", sd): {"config": {"environment": {
         "packages": {"torch": v, "torchvision": "0.29.1", "timm": "1.0.31", "numpy": "2.4.6"}, "os": "Linux",
-        "cpu": {"model": "Xeon", "capability": "AVX512", "threads": 2}, "gpu": None}}}
+        "cpu": {"model": "Xeon", "capability": capability, "threads": 2}, "gpu": None}}}
         for sd, v in enumerate(torch_versions)}
 
 

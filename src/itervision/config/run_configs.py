@@ -22,6 +22,42 @@ CPU_PINS = {
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_CBWR": "AVX512"},
     "native": {},
 }
+# The CPU flags each pin needs (ATen's own test for its AVX2 / AVX512 kernels). Read from the hardware, never from
+# torch: ATEN_CPU_CAPABILITY=avx512 makes torch *report* AVX512 on a CPU without it, and then die on the first
+# AVX-512 instruction (SIGILL, measured on an AMD EPYC), so a pin is set only where the CPU has it.
+CPU_FLAGS = {"avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma")}
+
+
+def cpu_flags() -> set | None:
+    """The CPU's feature flags (Linux /proc/cpuinfo), None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_has(capability: str) -> bool | None:
+    """Whether this CPU runs the kernels of `capability` (None: unknown, flags unreadable)."""
+    if capability == "native":
+        return True
+    flags = cpu_flags()
+    return None if flags is None else all(f in flags for f in CPU_FLAGS[capability])
+
+
+def best_capability() -> str:
+    """The highest pin this CPU can run (native where none: ARM, or flags unreadable)."""
+    return next((c for c in ("avx512", "avx2") if cpu_has(c)), "native")
+# Keys that change how fast a run goes, never what it computes: out of the run fingerprint, so changing them
+# resumes and reuses a run (loader processes: every image's augmentation is seeded by (seed, epoch, image) or by
+# the batch, whatever process draws it; checkpoints: a resumed run replays the uninterrupted one exactly).
+HARDWARE_KNOBS = ("workers", "checkpoint_minutes")
+# Keys that are recipe only where the CPU computes the model: a GPU run records them but is not tied to them.
+CPU_RECIPE = ("threads", "cpu_capability")
+AUGMENT_ON = ("host", "device")
 
 
 def _randaugment_ok(s: str) -> bool:
@@ -75,7 +111,14 @@ class TrainConfig:
                        doc="torch.compile of the training step: none, default, or reduce-overhead (CUDA graphs)")
     ema: bool = key()
     ema_decay: float = key(0, 1, open_lo=True)
-    workers: int = key(0, default=0, doc="loader processes for image folders")
+    augment_on: str = key(choices=AUGMENT_ON, default="host",
+                          doc="where ImageNet images are decoded and augmented: host (timm's PIL transforms in loader "
+                              "workers) or device (batched on the run's device, data/device_augment.py; differs from "
+                              "timm as docs/data.md says, so it is part of the recipe)")
+    workers: int = key(0, default=0, doc="loader processes (hardware knob: speed only, not in the run fingerprint)")
+    checkpoint_minutes: float = key(0, default=0.0,
+                                    doc="minutes between training checkpoints, written in the background (0: at every "
+                                        "curve point and epoch end); hardware knob, not in the run fingerprint")
     threads: int = key(1, 512, doc="intra-op CPU threads of a run: part of the recipe (results depend on it)")
     cpu_capability: str = key(choices=tuple(CPU_PINS), default="native",
                               doc="instruction set the CPU kernels are pinned to: part of the recipe (results depend "
@@ -106,9 +149,18 @@ class TrainConfig:
                             f"(global_batch {self.global_batch} over {world} processes); pick a divisor")
         return Batching(world=world, per_process=per, accumulation=per // micro, micro=micro)
 
+    def fingerprinted(self, device_type: str) -> dict:
+        """The recipe as the run fingerprint sees it: without the hardware knobs, and, for a run that computes on
+        a GPU, without the CPU's threads and instruction set (recorded in config.json, not binding)."""
+        from itervision.schema import as_dict
+
+        drop = HARDWARE_KNOBS + (CPU_RECIPE if device_type != "cpu" else ())
+        return {k: v for k, v in as_dict(self).items() if k not in drop}
+
     def cpu_pin_env(self) -> dict:
-        """The environment that pins the CPU kernels to `cpu_capability` (set before torch is imported)."""
-        return dict(CPU_PINS[self.cpu_capability])
+        """The environment that pins the CPU kernels to `cpu_capability` (set before torch is imported); nothing
+        where the CPU lacks it (the run is then refused, or, on a GPU, noted: environment.check_cpu_pin)."""
+        return dict(CPU_PINS[self.cpu_capability]) if cpu_has(self.cpu_capability) is not False else {}
 
     def peak_lr(self) -> float:
         return self.lr * self.global_batch / self.lr_batch

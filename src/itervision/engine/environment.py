@@ -16,16 +16,29 @@ from itervision.errors import UserError
 PACKAGES = ("torch", "torchvision", "timm", "numpy")
 
 
-def check_cpu_pin(capability: str) -> None:
-    """A CPU without the pinned instruction set would run other kernels (ATen falls back silently): refuse."""
+def check_cpu_pin(capability: str, device_type: str = "cpu") -> str | None:
+    """A CPU run on a CPU without the pinned instruction set would run other kernels (ATen falls back silently):
+    refuse it, naming the setting that works here. A run that computes on a GPU is not tied to the CPU: it gets a
+    one-line note instead (returned), and its fingerprint leaves the pin out (run_configs.CPU_RECIPE)."""
+    from itervision.config.run_configs import best_capability, cpu_has
+
     if capability == "native":
-        return
+        return None
     got = torch.backends.cpu.get_cpu_capability()
-    if got.lower() != capability:
-        raise UserError(f"this CPU runs torch's kernels at {got}, not the {capability.upper()} that "
-                        f"train.cpu_capability pins, so its results would differ from the recipe's; run on a CPU "
-                        f"with {capability.upper()}, or set train.cpu_capability to one this CPU has (retrains every "
-                        f"run)")
+    has = cpu_has(capability)  # the hardware's flags: torch reports whatever ATEN_CPU_CAPABILITY says
+    if has is not False and got.lower() == capability:
+        return None
+    works = best_capability()
+    if has is False:  # what the hardware runs, not what the (ignored) pin made torch report
+        got = {"avx512": "AVX512", "avx2": "AVX2"}.get(works, "a level below AVX2")
+    if device_type != "cpu":
+        return (f"note: this node's CPU runs torch's kernels at {got}, not the {capability.upper()} of "
+                f"train.cpu_capability; this run computes on the GPU, so the pin does not bind it (silence this "
+                f"with -S train.cpu_capability={works})")
+    raise UserError(f"this CPU runs torch's kernels at {got}, not the {capability.upper()} that train.cpu_capability "
+                    f"pins, so a CPU run's results would differ from the recipe's; run on a CPU with "
+                    f"{capability.upper()}, or `dvc exp run -S train.cpu_capability={works}` (any CPU, ARM included: "
+                    f"native; retrains every CPU run)")
 
 
 def cpu_model() -> str:

@@ -25,9 +25,10 @@ def committed(study: str) -> list[dict]:
 
 def here(capability: str) -> dict:
     """torch's version and the kernels' instruction set on this machine under the recipe's pin."""
-    from itervision.config.run_configs import CPU_PINS
+    from itervision.config.run_configs import CPU_PINS, cpu_has
 
-    os.environ.update(CPU_PINS.get(capability, {}))
+    if cpu_has(capability) is not False:  # a pin this CPU lacks would make torch report it anyway
+        os.environ.update(CPU_PINS.get(capability, {}))
     import torch
 
     return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability()}
