@@ -23,6 +23,8 @@ from itervision.errors import UserError, cli_entry
 from itervision.layout import prepared_dir
 from itervision.runs import CONFIG, TRAIN_LOG, WEIGHTS, RunRecord
 from itervision.config.specs import read_model_spec, read_run_spec
+
+COMPILE_CACHE = ".cache/torch-compile"
 # torch is imported only after the recipe's CPU pin is in the environment (main)
 
 
@@ -36,7 +38,7 @@ def check_trained_with(record: RunRecord, spec, run, prepared) -> str:
     trained = record.config()
     model_class(spec.family)  # the fingerprint covers the model's code, as when it was trained
     now = training_fingerprint(spec, run.train, describe_prepared(prepared)["fingerprint"], record.seed,
-                               int(trained.get("world_size", 1)))
+                               int(trained.get("world_size", 1)), trained.get("device", "cpu"))
     if trained.get("fingerprint") != now:
         differs = [what for what, a, b in (("model config", trained["config"], spec.to_json()["config"]),
                                            ("train recipe", trained["train"], run.to_json()["train"]))
@@ -54,6 +56,11 @@ def main(argv=None):
     record = RunRecord(args.study, args.dataset, args.model, args.seed)
     spec, run = read_model_spec(args.dataset, args.model), read_run_spec(args.dataset, args.model)
     os.environ.update(run.train.cpu_pin_env())  # the recipe's pin wins over whatever the caller set
+    # compiled graphs cached in one folder of the repository (a shared file system on a cluster), so the runs of one
+    # configuration compile once; the caller's own cache folder wins
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.abspath(COMPILE_CACHE))
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
     if run.world > 1 and "LOCAL_RANK" not in os.environ and not args.evaluate_only:
         # the run's own torchrun group of run.world processes on this node (params run.gpus / run.placement); a
         # campaign gives the command the GPUs it placed there (CUDA_VISIBLE_DEVICES)
@@ -66,7 +73,11 @@ def main(argv=None):
     from itervision.engine.train import train_run
     from itervision.evaluation.evaluate import evaluate_run
 
-    check_cpu_pin(run.train.cpu_capability)
+    import torch
+
+    note = check_cpu_pin(run.train.cpu_capability, "cuda" if torch.cuda.is_available() else "cpu")
+    if note and not args.quiet and launch_rank()[0] == 0:
+        print(note, file=sys.stderr)
     launched = launch_rank()[1]
     if launched != run.world and not args.evaluate_only:
         raise UserError(f"{record.stage}: its recipe trains on {run.world} processes (params run.gpus / run.placement) "
@@ -90,7 +101,8 @@ def main(argv=None):
                 if not main_rank:
                     return
                 staged.write_config({**spec.to_json(), **run.to_json(), "seed": args.seed,
-                                     "world_size": log["world_size"], "data": {"fingerprint": log["data_fingerprint"]},
+                                     "world_size": log["world_size"], "device": log["device"],
+                                     "data": {"fingerprint": log["data_fingerprint"]},
                                      "fingerprint": log["fingerprint"], "environment": environment_record()})
                 fingerprint = log["fingerprint"]
             metrics = evaluate_run(staged, spec, run, prepared, fingerprint)  # metrics.json last: the run is complete

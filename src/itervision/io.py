@@ -1,10 +1,11 @@
 """Atomic file writing (temp file in the same folder + rename), guarded reading of files between stages, and the
-exclusive lock files that keep two processes off one run or one workspace."""
+exclusive lock files that keep two processes off one run or one workspace (without flock: cluster file systems)."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -170,27 +171,91 @@ def commit_dir(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
     Path(tmp).rename(out)
 
 
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` on this host (field 22 of /proc/PID/stat), None when it is gone: with the
+    PID it names one process, even after the PID is reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _lock_owner(path: Path) -> dict | None:
+    try:
+        owner = json.loads(path.read_text())
+        return owner if isinstance(owner, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # not a lock this code wrote (a hand-made or foreign file): treated as stale
+
+
+def _stale(owner: dict) -> bool:
+    """A lock whose holder is gone: on this host, its process no longer runs (or its PID now names another
+    process). A holder on another host cannot be checked from here, so its lock stands."""
+    if not owner.get("host") or not owner.get("pid"):
+        return True
+    if owner["host"] != socket.gethostname():
+        return False
+    return _process_start(int(owner["pid"])) != owner.get("start")
+
+
 @contextmanager
 def exclusive_lock(path: str | os.PathLike, holder: str, refusal):
-    """Hold an exclusive lock on the file `path` for the block, the file naming its holder (`holder`, e.g. a PID);
-    when another process holds it, raise UserError(refusal(what the file names)) at once."""
-    import fcntl
+    """Hold an exclusive lock on the file `path` for the block, the file naming its holder (`holder`, e.g. a
+    command and PID, plus this host and process); when another live process holds it, raise
+    UserError(refusal(its holder)) at once.
 
+    Written by hand because `fcntl.flock` is not a lock on every cluster file system (Lustre mounted without
+    `flock` returns an error, BeeGFS locks per node) and no well-kept library offers a lock that works there
+    without a server: the lock is the atomic creation of a hard link to a complete file (atomic on NFS, Lustre,
+    BeeGFS and local disks), naming host, PID and the process's start time. A lock whose process is gone (killed
+    with -9, a node rebooted on this host) is stale and taken over; one held on another host stands until that
+    process ends or someone deletes the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            raise UserError(refusal(f.read().strip() or "another process")) from None
-        f.seek(0)
-        f.truncate()
-        f.write(holder)
-        f.flush()
-        try:
-            yield
-        finally:
-            f.seek(0)
-            f.truncate()
-            fcntl.flock(f, fcntl.LOCK_UN)
+    pid = os.getpid()
+    mine = {"holder": holder, "host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(mine, f)
+        for _ in range(3):
+            try:
+                os.link(tmp, path)
+                break
+            except FileExistsError:
+                owner = _lock_owner(path)
+                if owner is None:  # released meanwhile
+                    continue
+                if not _stale(owner):
+                    where = "" if owner.get("host") == mine["host"] else f" on host {owner.get('host')}"
+                    raise UserError(refusal(f"{owner.get('holder', 'another process')}{where}")) from None
+                _take_over(path, owner)
+        else:
+            raise UserError(refusal(f"another process (the lock {path} changed hands while being taken)"))
+    finally:
+        os.unlink(tmp)
+    try:
+        yield
+    finally:
+        if _lock_owner(path) == mine:
+            path.unlink(missing_ok=True)
+
+
+def _take_over(path: Path, stale: dict) -> None:
+    """Remove a stale lock, unless another process replaced it meanwhile: the file is first renamed to a name of
+    this process's own (atomic), then read again; a lock that is no longer the stale one is put back."""
+    grave = path.with_name(f".{path.name}.{os.getpid()}.stale")
+    try:
+        os.rename(path, grave)
+    except FileNotFoundError:
+        return
+    if _lock_owner(grave) == stale:
+        grave.unlink(missing_ok=True)
+        return
+    try:
+        os.link(grave, path)  # a live lock taken by mistake: back in place (unless a third process holds it now)
+    except FileExistsError:
+        pass
+    grave.unlink(missing_ok=True)

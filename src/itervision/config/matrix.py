@@ -84,13 +84,14 @@ def run_spec(p: Params, model: str, dataset: str) -> RunSpec:
 
 
 def resolved_configs(p: Params) -> dict:
-    """{(dataset, model): {"model.json": ..., "run.json": ..., "profile.json": ...}} for every model of every
+    """{(dataset, model): {"model.json", "run.json", "hardware.json", "profile.json"}} for every model of every
     study: what stages run and profile read (written by stage configure into configs/resolved/)."""
     from itervision.schema import as_dict
 
     out = {}
     for study in p.studies:
         for ds, m in study_models(p, study):
-            out[(ds, m)] = {"model.json": model_spec(p, m, ds).to_json(), "run.json": run_spec(p, m, ds).to_json(),
-                            "profile.json": as_dict(p.profile)}
+            run = run_spec(p, m, ds)
+            out[(ds, m)] = {"model.json": model_spec(p, m, ds).to_json(), "run.json": run.to_json(),
+                            "hardware.json": run.hardware_json(), "profile.json": as_dict(p.profile)}
     return out

@@ -3,7 +3,9 @@ configs/resolved/DATASET/MODEL/ and what the run and profile stages read back, t
 params.yaml (a hand-edited or stale file is checked exactly like params, and named in one line).
 
     model.json    ModelSpec: model, study, dataset, classes, channels and the family config
-    run.json      RunSpec: the train recipe and the evaluation keys
+    run.json      RunSpec: the train recipe and the evaluation keys (a DVC dependency of the run)
+    hardware.json the train group's hardware knobs (run_configs.HARDWARE_KNOBS: loader workers, checkpoint
+                  interval): read by the run, not a dependency of it, since they change its speed, not its results
     profile.json  ProfileConfig: FLOP and timing keys
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from itervision.errors import UserError
 from itervision.io import read_json_file
 from itervision.layout import resolved_dir
 from itervision.models.registry import config_from_dict, family_of
-from itervision.config.run_configs import EvaluateConfig, ProfileConfig, TrainConfig
+from itervision.config.run_configs import HARDWARE_KNOBS, EvaluateConfig, ProfileConfig, TrainConfig
 from itervision.schema import as_dict, parse
 
 REGENERATE = "regenerate it with `dvc repro configure`"
@@ -55,7 +57,12 @@ class RunSpec:
     world: int = 1  # processes (GPUs) the run trains on: params run.gpus / run.placement
 
     def to_json(self) -> dict:
-        return {"train": as_dict(self.train), "evaluate": as_dict(self.evaluate), "world": self.world}
+        """run.json: the recipe without the hardware knobs (hardware.json)."""
+        train = {k: v for k, v in as_dict(self.train).items() if k not in HARDWARE_KNOBS}
+        return {"train": train, "evaluate": as_dict(self.evaluate), "world": self.world}
+
+    def hardware_json(self) -> dict:
+        return {k: getattr(self.train, k) for k in HARDWARE_KNOBS}
 
 
 def _read(dataset: str, model: str, name: str, required: tuple) -> tuple[dict, str]:
@@ -95,7 +102,15 @@ def run_spec_from_json(data: dict, source: str) -> RunSpec:
 
 
 def read_run_spec(dataset: str, model: str) -> RunSpec:
+    """run.json, with the hardware knobs of hardware.json where that file exists (their defaults otherwise)."""
     data, source = _read(dataset, model, "run.json", ("train", "evaluate", "world"))
+    knobs = resolved_dir(dataset, model) / "hardware.json"
+    if knobs.exists() and isinstance(data.get("train"), dict):
+        hardware, _ = _read(dataset, model, "hardware.json", ())
+        unknown = sorted(set(hardware) - set(HARDWARE_KNOBS))
+        if unknown:
+            raise UserError(f"{knobs}: '{unknown[0]}' is not a hardware knob ({', '.join(HARDWARE_KNOBS)}); {REGENERATE}")
+        data = {**data, "train": {**data["train"], **hardware}}
     return run_spec_from_json(data, source)
 
 

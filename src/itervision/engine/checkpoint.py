@@ -6,6 +6,10 @@ the code that trains: the source of every itervision module the training process
 family, the engine, the data path), so it covers exactly the code the run executes. A checkpoint with another
 fingerprint is never resumed: the run starts over. The run stage deletes the checkpoint once the run's outputs
 are complete, so a finished run never leaves one behind to be picked up later.
+
+Checkpoints cost the training step little (`CheckpointWriter`): the step waits only while the state is copied to
+host memory; the file is written by a background thread into a temp file renamed over the previous checkpoint
+once complete, so a process killed mid-write leaves the previous checkpoint in place and usable.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import hashlib
 import json
 import shutil
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -50,6 +55,49 @@ def run_fingerprint(**parts) -> str:
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     save_torch(path, state)
+
+
+def host_copy(obj):
+    """A copy of a (nested) state in host memory that later training steps cannot change: every tensor copied to
+    the CPU (a new tensor even when it already is there), everything else as it is (lists and dicts rebuilt)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(host_copy(v) for v in obj)
+    return obj
+
+
+class CheckpointWriter:
+    """One checkpoint file written in the background at a time. `save` waits for the previous write (if still
+    going), copies the state to host memory and returns; `wait` (at the end of training) returns once the last
+    write is on disk, and raises what a background write raised (disk full) so that no failure goes unseen."""
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, path: str | Path, state: dict) -> None:
+        self.wait()
+        snapshot = host_copy(state)
+        self._thread = threading.Thread(target=self._write, args=(Path(path), snapshot), name="checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def _write(self, path: Path, snapshot: dict) -> None:
+        try:
+            save_checkpoint(path, snapshot)
+        except BaseException as err:  # reported by the next save or wait, in the training thread
+            self._error = err
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
 
 def load_checkpoint(path: str | Path, fingerprint: str) -> dict | None:

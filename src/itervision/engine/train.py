@@ -6,7 +6,9 @@
       train_one_epoch   per step: lr, soft targets, forward every exit (micro-batches accumulate), weighted
                         soft-target CE + auxiliary losses, backward, clip, AdamW, EMA;
                         at each curve point the last exit's top-1 on a fixed slice of calib and test;
-                        a checkpoint at every curve point and epoch end
+                        a checkpoint at every curve point and epoch end, or every train.checkpoint_minutes,
+                        written in the background (engine/checkpoint.CheckpointWriter); a heartbeat file for
+                        the launcher (engine/heartbeat.py)
       summarise         final weights and the training log (rank 0)
 
 Batch and learning rate: `global_batch` images per optimiser step over all processes, each process taking
@@ -16,7 +18,8 @@ Determinism and pairing: the run seed sets the initialisation, the image order a
 of epoch e is a pure function of (seed, e, b, rank), see data/loaders.py). The forward pass's own randomness
 (drop path) is re-seeded at each epoch start from (seed, epoch, rank), and checkpoints keep the generator
 states, so a run resumed from any checkpoint replays exactly what an uninterrupted run does. The thread count
-(`train.threads`) is part of the recipe: CPU results depend on it.
+(`train.threads`) is part of the recipe of a CPU run: CPU results depend on it. Hardware knobs (loader workers,
+checkpoint interval) are not: run_configs.TrainConfig.fingerprinted says what the fingerprint covers.
 
 Host reads: the step itself reads nothing back from the device. The losses of the steps since the last read
 are fetched together (every step on the CPU, where a read costs nothing; every SYNC_EVERY steps and at every
@@ -36,14 +39,14 @@ import torch
 from tqdm import tqdm
 
 from itervision.data.loaders import batch_seed, describe_prepared, eval_batches, global_seed, train_batches
-from itervision.engine.checkpoint import code_fingerprint, load_checkpoint, run_fingerprint, save_checkpoint
+from itervision.engine.checkpoint import CheckpointWriter, code_fingerprint, load_checkpoint, run_fingerprint
+from itervision.engine.heartbeat import Heartbeat
 from itervision.engine.distributed import all_gather_objects, all_reduce_mean, init_distributed, is_main
 from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, lr_schedule, step_loss
 from itervision.errors import UserError
 from itervision.evaluation.predict import predict_exits, top1_per_exit
 from itervision.models.registry import build_model
 from itervision.runs import RunRecord
-from itervision.schema import as_dict
 
 SYNC_EVERY = 25  # GPU: steps between reads of the logged losses
 
@@ -91,11 +94,13 @@ def _set_rng_state(state: dict, device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def training_fingerprint(spec, train, data_fingerprint: str, seed: int, world: int) -> str:
-    """What a run's checkpoints and its config.json are tied to: model, recipe, data, seed, world size and the
-    code this process runs (call it once the model's family module is imported)."""
-    return run_fingerprint(model=spec.to_json(), train=as_dict(train), data=data_fingerprint, seed=seed, world=world,
-                           code=code_fingerprint())
+def training_fingerprint(spec, train, data_fingerprint: str, seed: int, world: int, device_type: str = "cpu") -> str:
+    """What a run's checkpoints and its config.json are tied to: model, recipe (less its hardware knobs, and less
+    the CPU pin where a GPU computes), data, seed, world size, the kind of device, and the code this process runs
+    (call it once the model's family module is imported)."""
+    extra = {} if device_type == "cpu" else {"device": device_type}  # a CPU run's fingerprint as before
+    return run_fingerprint(model=spec.to_json(), train=train.fingerprinted(device_type), data=data_fingerprint,
+                           seed=seed, world=world, code=code_fingerprint(), **extra)
 
 
 def compile_step_model(model, mode: str):
@@ -134,6 +139,9 @@ class Setup:
     fingerprint: str
     ckpt_path: Path
     sync_every: int
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
+    last_save: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -164,13 +172,13 @@ def set_up(record: RunRecord, spec, train, prepared: str | Path) -> Setup:
         step_model = torch.nn.parallel.DistributedDataParallel(step_model, device_ids=[device.index]
                                                                if device.index is not None else None)
     batches = train_batches(prepared, spec.config.img_size, train, batching, seed=record.seed, rank=rank,
-                            pin_memory=device.type == "cuda")
+                            device=device)
     if len(batches) == 0:
         raise UserError(f"the train split of {prepared} has fewer images than one batch of "
                         f"{batching.per_process} per process; lower train.global_batch")
     total, lr = lr_schedule(train, len(batches))
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(train.amp)
-    fingerprint = training_fingerprint(spec, train, desc["fingerprint"], record.seed, world)
+    fingerprint = training_fingerprint(spec, train, desc["fingerprint"], record.seed, world, device.type)
     return Setup(record=record, train=train, img_size=spec.config.img_size, prepared=prepared, rank=rank,
                  world=world, device=device, model=model, step_model=step_model, batches=batches,
                  steps_per_epoch=len(batches), total=total, lr=lr, batching=batching,
@@ -264,9 +272,11 @@ def curve_point(s: Setup, step: int) -> dict:
 
 
 def save(s: Setup, state: TrainState) -> None:
+    """A checkpoint of the state after `state.step` (rank 0 writes it in the background)."""
     rng = all_gather_objects(_rng_state(s.device))
+    s.last_save = time.monotonic()
     if is_main():
-        save_checkpoint(s.ckpt_path, {
+        s.writer.save(s.ckpt_path, {
             "model": s.model.state_dict(), "optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
             "ema": s.ema.state_dict() if s.ema is not None else None, "step": state.step, "log": state.log,
             "curve": state.curve, "epoch_acc": state.epoch_totals, "rng": rng, "fingerprint": s.fingerprint})
@@ -291,14 +301,19 @@ def train_one_epoch(s: Setup, state: TrainState, progress: bool, step_hook=None)
             state.step += 1
             totals["images"] += img.shape[0] * s.world
             epoch_end = b == s.steps_per_epoch - 1
-            checkpoint = state.step in s.curve_at or epoch_end
-            if checkpoint or len(state.pending) >= s.sync_every:
+            curve = state.step in s.curve_at
+            read_point = curve or epoch_end or len(state.pending) >= s.sync_every  # a host read happens anyway
+            checkpoint = read_point and checkpoint_due(s, state, curve or epoch_end)
+            if curve or epoch_end or checkpoint or len(state.pending) >= s.sync_every:
                 read_losses(s, state)
                 seconds = totals["seconds"] + time.perf_counter() - t0
-                bar.set_postfix(loss=f"{totals['loss'] / max(1, b + 1 - start):.3f}",
-                                img_s=f"{totals['images'] / max(seconds, 1e-9):.0f}", refresh=False)
+                rate = totals["images"] / max(seconds, 1e-9)
+                bar.set_postfix(loss=f"{totals['loss'] / max(1, b + 1 - start):.3f}", img_s=f"{rate:.0f}",
+                                refresh=False)
+                if is_main():
+                    s.heartbeat.beat("train", step=state.step, total=s.total, epoch=epoch + 1, images_per_s=rate)
             bar.update()
-            if not checkpoint:
+            if not (curve or epoch_end or checkpoint):
                 continue
             totals["seconds"] += time.perf_counter() - t0  # curve points and checkpoints are not training time
             if epoch_end:
@@ -307,10 +322,28 @@ def train_one_epoch(s: Setup, state: TrainState, progress: bool, step_hook=None)
                     row = state.log[-1]
                     tqdm.write(f"{s.record.model} s{s.record.seed} epoch {epoch + 1}/{s.train.epochs}: loss "
                                f"{row['loss']:.4f}, {row['images_per_s']:.0f} img/s, {row['seconds']:.1f} s")
-            if state.step in s.curve_at and is_main():
+            if curve and is_main():
                 state.curve.append(curve_point(s, state.step))
-            save(s, state)
+            if checkpoint:
+                save(s, state)
             t0 = time.perf_counter()
+
+
+def checkpoint_due(s: Setup, state: TrainState, at_point: bool) -> bool:
+    """Checkpoint now? With train.checkpoint_minutes 0: at every curve point and epoch end; otherwise once that
+    many minutes passed since the last one, and at the last step. Asked only at the steps where the losses are
+    read (a host read then happens anyway), which are the same steps on every process; rank 0's clock decides
+    for all (broadcast), so that all of them enter the checkpoint's collective together."""
+    if state.step == s.total:
+        return True
+    minutes = s.train.checkpoint_minutes
+    if not minutes:
+        return at_point
+    due = torch.tensor([time.monotonic() - s.last_save >= 60 * minutes], dtype=torch.int32)
+    if s.world > 1:
+        due = due.to(s.device)
+        torch.distributed.broadcast(due, 0)
+    return bool(due.item())
 
 
 def epoch_row(s: Setup, totals: dict, epoch: int) -> dict:
@@ -322,7 +355,8 @@ def epoch_row(s: Setup, totals: dict, epoch: int) -> dict:
     return row
 
 
-IDENTITY = ("model", "seed", "world_size", "fingerprint", "data_fingerprint")  # config.json's, not the log's
+# config.json's, not the log's
+IDENTITY = ("model", "seed", "world_size", "device", "fingerprint", "data_fingerprint")
 
 
 def summarise(s: Setup, state: TrainState, startup: float | None) -> dict:
@@ -332,7 +366,8 @@ def summarise(s: Setup, state: TrainState, startup: float | None) -> dict:
     if is_main():
         timed = state.log[1:] or state.log  # the first epoch includes warm-up effects
         summary = {
-            "model": s.record.model, "seed": s.record.seed, "world_size": s.world, "fingerprint": s.fingerprint,
+            "model": s.record.model, "seed": s.record.seed, "world_size": s.world, "device": s.device.type,
+            "fingerprint": s.fingerprint,
             "data_fingerprint": s.data["fingerprint"], "epochs": s.train.epochs, "steps_per_epoch": s.steps_per_epoch,
             "global_batch": s.train.global_batch, "per_process_batch": s.batching.per_process,
             "accumulation": s.batching.accumulation, "images_seen": s.total * s.train.global_batch,
@@ -355,8 +390,15 @@ def train_run(*, record: RunRecord, spec, train, prepared: str | Path, progress:
 
     `step_hook(step, loss) -> loss` is for tests (inject a NaN, stop the process at a step)."""
     s = set_up(record, spec, train, prepared)
+    s.heartbeat.beat("setup", force=True, step=0, total=s.total)
     state = resume(s, progress)
     startup = process_age()
-    while state.step < s.total:
-        train_one_epoch(s, state, progress, step_hook)
+    try:
+        while state.step < s.total:
+            train_one_epoch(s, state, progress, step_hook)
+    except BaseException:
+        with contextlib.suppress(BaseException):  # a checkpoint being written is completed; the first error wins
+            s.writer.wait()
+        raise
+    s.writer.wait()  # the last checkpoint is on disk (or its write's error raised) before anything else
     return summarise(s, state, startup)

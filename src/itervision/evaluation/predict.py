@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from itervision.engine.heartbeat import Heartbeat
+
 
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
@@ -17,7 +19,9 @@ def predict_exits(model, batches) -> dict:
     model.eval()
     device = model_device(model)
     preds, probs, labels = [], [], []
+    heartbeat = Heartbeat()  # the launcher's stall watch sees evaluation progress too
     for img, target in batches:
+        heartbeat.beat("evaluate", images=sum(len(x) for x in labels))
         logits = torch.stack(model(img.to(device))["logits"], 1).float()  # B, E, C
         top, pred = logits.softmax(-1).max(-1)
         preds.append(pred.to(torch.int32).cpu())
