@@ -5,8 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# What a user types on the command line reaches a recipe through the environment ("$$NAME"), never pasted into the
+# shell line, so a value holding ; $( ) or quotes stays one argument (CLAIM='a;touch x' runs nothing).
+export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
+	CPUS_PER_GPU IMAGENET REV
 
-.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data benchmark \
+.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark \
 	gpu-benchmark pipelines campaign settle
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
@@ -28,8 +32,10 @@ repro: setup
 campaign: setup
 	$(PY) -m itervision.config.params
 	-@$(PY) -m itervision.pipeline.remote pull
-	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers $(WORKERS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
-	  $(if $(GPUS),--gpus $(GPUS)) $(if $(GPUS_PER_WORKER),--gpus-per-worker $(GPUS_PER_WORKER))
+	$(PY) -m itervision.pipeline.campaign $(if $(WORKERS),--workers "$$WORKERS") $(if $(SCHEDULER),--scheduler "$$SCHEDULER") \
+	  $(if $(GPUS),--gpus "$$GPUS") $(if $(GPUS_PER_WORKER),--gpus-per-worker "$$GPUS_PER_WORKER") \
+	  $(if $(RETRIES),--retries "$$RETRIES") $(if $(STALL),--stall-minutes "$$STALL") \
+	  $(if $(STATUS),--status-minutes "$$STATUS") $(if $(PLAN_GPU),--plan-gpu "$$PLAN_GPU")
 	@$(MAKE) --no-print-directory status-clean
 	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
 
@@ -92,8 +98,15 @@ cpu-scale: setup
 # placement into run.placement of the planned file (then `make campaign` runs it); FAST=1 skips fvcore and the
 # memory estimate.
 paper-plan: setup
-	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale $(SCALE)) $(if $(GPU),--gpu $(GPU)) $(if $(FAST),--fast) \
-	  $(if $(HOURS),--hours $(HOURS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(PLACE),--write-placement)
+	$(PY) stages/check_paper_plan.py $(if $(SCALE),--scale "$$SCALE") $(if $(GPU),--gpu "$$GPU") $(if $(FAST),--fast) \
+	  $(if $(HOURS),--hours "$$HOURS") $(if $(GPUS),--gpus "$$GPUS") $(if $(PLACE),--write-placement) \
+	  $(if $(CPUS_PER_GPU),--cpus-per-gpu "$$CPUS_PER_GPU")
+
+# The listing of the ImageNet files each ImageNet subset of params.yaml uses (its DVC dependency, instead of the
+# 1.33M-file folder): IMAGENET=/path/to/imagenet with train/<synset>/ and val/<synset>/ (data/source_list.py).
+imagenet-lists: setup
+	@test -n "$(IMAGENET)" || { echo "error: give the ImageNet folder: make imagenet-lists IMAGENET=/path/to/imagenet"; exit 2; }
+	$(PY) -m itervision.data.source_list "$$IMAGENET"
 
 # The torchvision datasets of the paper scale into data/raw/ (the folders configs/scales/paper.yaml names).
 paper-data: setup
@@ -119,8 +132,8 @@ gpu-benchmark:
 #   make settle ALL=1 MINUTES=N                          the open tests that fit, most power per minute first
 #   make settle RESET=1                                  back to the default run (dvc exp save -n NAME first to keep it)
 settle: setup
-	$(PY) -m itervision.pipeline.settle $(if $(CLAIM),"$(CLAIM)") $(if $(MINUTES),--minutes $(MINUTES)) \
-	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(EXP),--exp $(EXP)) $(if $(ALL),--all-open) \
+	$(PY) -m itervision.pipeline.settle $(if $(CLAIM),"$$CLAIM") $(if $(MINUTES),--minutes "$$MINUTES") \
+	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(EXP),--exp "$$EXP") $(if $(ALL),--all-open) \
 	  $(if $(LIST),--list) $(if $(RESET),--reset)
 
 # Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).

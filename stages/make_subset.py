@@ -2,7 +2,8 @@
 (that folder is the stage's dependency: a changed source file reruns it).
 
 Array datasets (params subset.torchvision.<name>): per-class train/calib/test counts -> .npz + manifest.json.
-ImageNet subsets (params subset.imagenet.<name>): class list, short side, hold-out -> image tree + manifest.
+ImageNet subsets (params subset.imagenet.<name>): class list, short side, hold-out -> tar shards + index.csv
+(the source: a listing of the ImageNet files used, `make imagenet-lists`, or the folder itself).
 Both are written into a temporary folder renamed into place at the end: a failure leaves nothing that looks
 complete.
 """
@@ -30,14 +31,15 @@ def main(argv=None):
         spec = p.subset.torchvision[args.dataset]
         m = subset_torchvision(args.dataset, out, classes=spec.classes, train_per_class=spec.train_per_class,
                                calib_per_class=spec.calib_per_class, test_per_class=spec.test_per_class,
-                               seed=p.subset.seed, root=source)
+                               seed=p.subset.seed, root=source, verify=p.subset.verify_checksums)
         counts = {s: v["count"] for s, v in m["splits"].items()}
         print(f"{args.dataset}: {len(m['classes'])} classes, {counts} -> {out}")
     else:
         spec = p.subset.imagenet[args.dataset]
         s = subset_imagenet(source, spec.class_list, out, holdout_per_class=spec.holdout_per_class,
                             calib_per_class=spec.calib_per_class, seed=p.subset.seed, short_side=spec.short_side,
-                            max_bad_fraction=p.subset.max_bad_fraction, workers=p.subset.workers)
+                            max_bad_fraction=p.subset.max_bad_fraction, workers=p.subset.workers,
+                            images_per_shard=p.subset.images_per_shard)
         print(f"{args.dataset}: {len(s['classes'])} classes, {s['totals']}, {len(s['bad_images'])} bad -> {out}")
 
 

@@ -74,7 +74,8 @@ def prepare(root: Path, run: dict | None = None, **train) -> dict:
         spec = p.subset.torchvision["fashion_mnist"]
         subset_torchvision("fashion_mnist", "data/prepared/fashion_mnist", classes=spec.classes,
                            train_per_class=spec.train_per_class, calib_per_class=spec.calib_per_class,
-                           test_per_class=spec.test_per_class, seed=0, root=p.data.sources["fashion_mnist"])
+                           test_per_class=spec.test_per_class, seed=0, root=p.data.sources["fashion_mnist"],
+                           verify=p.subset.verify_checksums)
         for (ds, m), files in resolved_configs(p).items():
             for name, content in files.items():
                 _write(Path("configs/resolved") / ds / m / name, content)

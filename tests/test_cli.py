@@ -140,7 +140,7 @@ def test_paper_plan_fast_checks_structure_roots_and_cost(tmp_path):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "data/splits/imagenet100.txt: 100 synsets" in out and "total: 185 training runs" in out
-    assert "warning: data.sources.imagenet100 = /data/imagenet has no train/ folder" in out
+    assert "warning: data.sources.imagenet100 = data/sources/imagenet100.csv does not exist" in out
     assert "utilisation" in out and "GPU-hours" in out
     line = next(x for x in out.splitlines() if x.startswith("recursive") and " sa-mlp " in x and "cifar10" in x)
     assert line.split()[3] == "5" and line.split()[4] == "200"  # 5 seeds, 200 epochs

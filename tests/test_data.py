@@ -2,6 +2,7 @@
 batched augmentation, bad inputs."""
 import csv
 import gzip
+import io
 import math
 import pickle
 from pathlib import Path
@@ -16,6 +17,7 @@ from itervision.data.augment import BatchAugment, augment, crop_flip_theta, eras
 from itervision.data.class_lists import IMAGENET200_SEED, imagenet1k_synsets, render
 from itervision.data.loaders import describe_prepared, eval_batches
 from itervision.data.sources import load_source, read_class_list, read_idx
+from itervision.data.shards import ShardIndex
 from itervision.data.subset import subset_imagenet, subset_torchvision
 from itervision.data.synthetic import cifar_dataset, idx_dataset
 from itervision.errors import UserError
@@ -52,7 +54,7 @@ def tree(tmp_path):
 
 
 def read_manifest(out):
-    with open(out / "manifest.csv") as f:
+    with open(out / "index.csv") as f:
         return list(csv.DictReader(f))
 
 
@@ -72,13 +74,15 @@ def test_imagenet_subset_counts_holdout_short_side_and_corrupt(tree, tmp_path):
     # hold-out and calibration images are disjoint from train
     by_split = {}
     for r in rows:
-        by_split.setdefault(r["split"], set()).add(Path(r["path"]).name)
+        by_split.setdefault(r["split"], set()).add(r["source"])
     assert not by_split["train"] & by_split["holdout"]
     assert not by_split["train"] & by_split["calib"]
     assert not by_split["holdout"] & by_split["calib"]
-    for r in rows:
-        with Image.open(out / r["path"]) as im:
-            assert im.mode == "RGB" and min(im.size) == 32
+    index = ShardIndex(out, ("train", "calib", "holdout", "val"))
+    for i, r in enumerate(rows):
+        with Image.open(io.BytesIO(index.read(i))) as im:
+            assert im.mode == "RGB" and min(im.size) == 32 and (im.width, im.height) == (int(r["width"]),
+                                                                                     int(r["height"]))
         assert int(r["class_index"]) == SYNSETS.index(r["synset"])
     assert not (tmp_path / ".out.tmp").exists()
 
@@ -90,16 +94,17 @@ def test_imagenet_subset_is_deterministic_by_seed(tree, tmp_path):
     b = read_manifest((subset_imagenet(root, lst, tmp_path / "b", seed=1, **kw), tmp_path / "b")[1])
     c = read_manifest((subset_imagenet(root, lst, tmp_path / "c", seed=2, **kw), tmp_path / "c")[1])
     assert a == b
-    assert {r["path"] for r in a if r["split"] == "holdout"} != {r["path"] for r in c if r["split"] == "holdout"}
+    assert {r["source"] for r in a if r["split"] == "holdout"} != {r["source"] for r in c if r["split"] == "holdout"}
 
 
 def test_imagenet_subset_full_resolution_keeps_size(tree, tmp_path):
     root, lst = tree
     out = tmp_path / "full"
     subset_imagenet(root, lst, out, holdout_per_class=1, seed=0, max_bad_fraction=0.2)
-    src = {p.stem: Image.open(p).size for p in (root / "val" / SYNSETS[2]).iterdir()}
-    for p in (out / "val" / SYNSETS[2]).iterdir():
-        assert Image.open(p).size == src[p.stem]
+    rows = [r for r in read_manifest(out) if r["synset"] == SYNSETS[2] and r["split"] == "val"]
+    assert rows
+    for r in rows:
+        assert Image.open(root / r["source"]).size == (int(r["width"]), int(r["height"]))
 
 
 def test_too_many_corrupt_images_fail_and_leave_nothing(tree, tmp_path):
@@ -224,8 +229,8 @@ def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
     plain.mkdir(parents=True)
     for f in (tmp_path / "gz").iterdir():
         (plain / f.stem).write_bytes(gzip.decompress(f.read_bytes()))
-    a = load_source("fashion_mnist", str(tmp_path / "gz"))[1]
-    b = load_source("fashion_mnist", str(tmp_path / "tv"))[1]
+    a = load_source("fashion_mnist", str(tmp_path / "gz"), verify=False)[1]
+    b = load_source("fashion_mnist", str(tmp_path / "tv"), verify=False)[1]
     assert all(np.array_equal(a[s][i], b[s][i]) for s in ("train", "test") for i in (0, 1))
     assert a["train"][0].shape == (30, 28, 28, 1) and np.bincount(a["train"][1]).tolist() == [3] * 10
 
@@ -233,9 +238,9 @@ def test_idx_files_plain_gzip_and_torchvision_layout_read_alike(tmp_path):
 def test_a_changed_source_is_read_again(tmp_path):
     """Silent wrong result of the past: a staging cache that never refreshed. Nothing is cached now."""
     idx_dataset(tmp_path / "src", 3, 2, seed=1)
-    first = load_source("fashion_mnist", str(tmp_path / "src"))[1]["train"][0]
+    first = load_source("fashion_mnist", str(tmp_path / "src"), verify=False)[1]["train"][0]
     idx_dataset(tmp_path / "src", 4, 2, seed=2)
-    second = load_source("fashion_mnist", str(tmp_path / "src"))[1]["train"][0]
+    second = load_source("fashion_mnist", str(tmp_path / "src"), verify=False)[1]["train"][0]
     assert len(first) == 30 and len(second) == 40
 
 
@@ -250,14 +255,14 @@ def test_a_corrupt_idx_file_is_one_line_naming_it(tmp_path, damage, expected):
     f = tmp_path / "train-images-idx3-ubyte.gz"
     f.write_bytes(damage(f.read_bytes()))
     with pytest.raises(UserError, match=expected) as err:
-        load_source("fashion_mnist", str(tmp_path))
+        load_source("fashion_mnist", str(tmp_path), verify=False)
     assert str(f) in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("name,classes", [("cifar10", 10), ("cifar100", 100)])
 def test_cifar_pickles_are_read_as_data(tmp_path, name, classes):
     cifar_dataset(tmp_path, name, 2, 1)
-    names, splits = load_source(name, str(tmp_path))
+    names, splits = load_source(name, str(tmp_path), verify=False)
     assert len(names) == classes and splits["train"][0].shape == (2 * classes, 32, 32, 3)
     assert np.bincount(splits["test"][1], minlength=classes).tolist() == [1] * classes
 
@@ -271,7 +276,7 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     (folder / "test_batch").write_bytes(pickle.dumps({"data": Evil(), "labels": [0]}))
     with pytest.raises(UserError, match="refusing to load builtins.print"):
-        load_source("cifar10", str(tmp_path))
+        load_source("cifar10", str(tmp_path), verify=False)
 
 
 def test_read_idx_against_hand_built_bytes(tmp_path):
@@ -357,3 +362,27 @@ def test_randaugment_on_the_tensor_path_for_grayscale_and_colour(channels):
     first, second = list(a.epoch(0)), list(b.epoch(0))
     assert first[0][1].shape == (8, channels, 28, 28)
     assert all(torch.equal(x[1], y[1]) for x, y in zip(first, second))  # seeded per batch
+
+
+def test_sources_are_checked_against_the_published_checksums(tmp_path):
+    """Debian's recompressed Fashion-MNIST matches the official content; a synthetic stand-in with the official
+    file names is refused in one line (idx .gz: md5 then content; CIFAR batches: md5), unless verify is off."""
+    from itervision.errors import UserError
+
+    if (sources.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").exists():
+        assert sources.verify_file("fashion_mnist", sources.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte.gz") \
+            == "content"
+    idx_dataset(tmp_path / "fm", 2, 1)
+    with pytest.raises(UserError, match="does not match the published fashion_mnist data .* subset.verify_checksums"):
+        load_source("fashion_mnist", str(tmp_path / "fm"))
+    assert load_source("fashion_mnist", str(tmp_path / "fm"), verify=False)[1]["train"][0].shape[1:] == (28, 28, 1)
+    idx_dataset(tmp_path / "mn", 2, 1)
+    with pytest.raises(UserError, match="does not match the published md5 f68b3c2dcbeaaa9fbdd348bbdeb94873"):
+        load_source("mnist", str(tmp_path / "mn"))
+    cifar_dataset(tmp_path, "cifar10", 1, 1)
+    with pytest.raises(UserError, match="data_batch_1 does not match the published md5 c99cafc1"):
+        load_source("cifar10", str(tmp_path))
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train-images-idx3-ubyte").write_bytes(b"x")
+    assert sources.verify_file("mnist", raw / "train-images-idx3-ubyte") == "unchecked"  # no published sum

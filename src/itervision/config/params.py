@@ -74,6 +74,9 @@ class SubsetParams:
     seed: int = key(0, 2 ** 32 - 1)
     max_bad_fraction: float = key(0, 1)
     workers: int = key(1)
+    verify_checksums: bool = key(default=True, doc="CIFAR/MNIST/Fashion-MNIST files must match the published "
+                                                   "checksums (false: synthetic stand-ins)")
+    images_per_shard: int = key(1, default=1024, doc="ImageNet subsets: images per tar shard")
     torchvision: dict[str, TorchvisionSubset] = key(default={})
     imagenet: dict[str, ImagenetSubset] = key(default={}, pattern=_names, hint=f"dataset names ({NAME_RULE})")
 

@@ -4,6 +4,11 @@
     python -m itervision.data.class_lists --n 200 --seed 20260805 --out data/splits/imagenet200.txt
 from the 1000 ImageNet-1K synsets shipped with timm (timm/data/_info/imagenet_synsets.txt), sorted order,
 numpy's default_rng(seed).choice without replacement, written back in sorted order.
+
+Document 003 also drew its 200 classes at random, and keeps its list in its own code repository, not in the
+document: this draw is not that list, so ImageNet-200 here is another random 200-class subset of the same size
+and recipe. A user who has the published list puts it in a file (one synset a line, '#' comments) and points
+`subset.imagenet.imagenet200.class_list` at it; the subset, every resolved configuration and every run follow.
 """
 from __future__ import annotations
 
@@ -32,7 +37,9 @@ def draw_synsets(n: int, seed: int) -> list[str]:
 
 def render(n: int, seed: int) -> str:
     header = (f"# {n} ImageNet-1K synsets drawn with seed {seed}: "
-              f"python -m itervision.data.class_lists --n {n} --seed {seed}\n")
+              f"python -m itervision.data.class_lists --n {n} --seed {seed}. Not document 003's own random "
+              f"draw (kept in its code repository): point subset.imagenet.imagenet200.class_list at that list to "
+              f"use it\n")
     return header + "\n".join(draw_synsets(n, seed)) + "\n"
 
 

@@ -1,13 +1,17 @@
 """Prepared splits (output of the subset stage) as training and evaluation batches.
 
-Two data paths, one interface (`train_batches(...).epoch(e, start)` yields (batch index, images, labels)):
+Data paths, one interface (`train_batches(...).epoch(e, start)` yields (batch index, images, labels)):
 * array datasets (Fashion-MNIST, MNIST, CIFAR): each split is one uint8 tensor in memory and augmentation runs
-  on whole batches as tensor ops (data/augment.py), in the training process, with no loader workers;
-* ImageNet folders: timm's PIL transforms (RandomResizedCrop, flip, RandAugment, random erasing) in
-  DataLoader workers, one image at a time.
-In both, the images of batch b of epoch e are a pure function of (run seed, e, b, rank): the order comes from
-the seeded repeated-augmentation sampler, and the augmentation from generators seeded by the batch (tensor
-path) or by (epoch, image, copy) (folder path). A killed run resumes at a batch and replays the same images.
+  on whole batches as tensor ops (data/augment.py), in the training process, with no loader workers; with a
+  RandAugment policy, timm's PIL RandAugment per image (`train.augment_on: host`) or the batched device version
+  (`device`: data/device_augment.py, the whole recipe on the run's device);
+* ImageNet shards (data/shards.py): `host`: timm's PIL transforms (RandomResizedCrop, flip, RandAugment, random
+  erasing) in DataLoader workers, one image at a time; `device`: the workers only read JPEG bytes, which are
+  decoded (nvJPEG, batched, on a GPU) and augmented on the device by batch.
+In all, the images of batch b of epoch e are a pure function of (run seed, e, b, rank): the order comes from
+the seeded repeated-augmentation sampler, and the augmentation from generators seeded by the batch (tensor and
+device paths) or by (epoch, image, copy) (host path on shards), whatever the number of loader workers. A killed
+run resumes at a batch and replays the same images.
 
 Split names seen by the engine: train, calib, test. For ImageNet subsets `test` is the evaluation set
 (val + held-out train images), `calib` the calibration images held out from train.
@@ -15,7 +19,6 @@ Split names seen by the engine: train, calib, test. For ImageNet subsets `test` 
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import random
 import zipfile
@@ -25,6 +28,8 @@ import numpy as np
 import torch
 
 from itervision.data.augment import BatchAugment, augment, resize_eval
+from itervision.data.device_augment import DeviceAugment, decode_jpegs
+from itervision.data.shards import ShardIndex
 from itervision.data.registry import IMAGENET_MEAN, IMAGENET_STD
 from itervision.data.sampler import RepeatedAugmentationSampler
 from itervision.errors import UserError
@@ -49,10 +54,10 @@ def describe_prepared(prepared: str | Path) -> dict:
                 "counts": {s: v["count"] for s, v in m["splits"].items()}}
     if (prepared / "summary.json").exists():
         s = read_json_file(prepared / "summary.json", _regenerate(prepared), required=("classes", "totals"))
-        digest = hashlib.sha256((prepared / "summary.json").read_bytes())
-        if not (prepared / "manifest.csv").exists():
-            raise UserError(f"{prepared / 'manifest.csv'} is missing; {_regenerate(prepared)}")
-        digest.update((prepared / "manifest.csv").read_bytes())  # paths and sizes of every image
+        digest = hashlib.sha256((prepared / "summary.json").read_bytes())  # every shard's sha1
+        if not (prepared / "index.csv").exists():
+            raise UserError(f"{prepared / 'index.csv'} is missing; {_regenerate(prepared)}")
+        digest.update((prepared / "index.csv").read_bytes())  # every image's shard, offset and size
         return {"classes": s["classes"], "channels": 3, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
                 "kind": "imagenet", "fingerprint": digest.hexdigest()[:16], "counts": s["totals"]}
     raise UserError(f"prepared dataset {prepared} not found; run `dvc repro make_subset@{prepared.name}` first")
@@ -95,17 +100,18 @@ def global_seed(seed: int):
 
 
 class TensorBatches:
-    """Training batches of an array dataset: uint8 tensors in memory, batched augmentation."""
+    """Training batches of an array dataset: uint8 tensors in memory, batched augmentation (on the host, or with
+    `device_aug` the whole recipe on the run's device)."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, aug: BatchAugment, *, batch_size: int, seed: int,
                  rank: int = 0, world: int = 1, repeats: int = 1, max_steps: int | None = None,
-                 randaugment: str = ""):
-        self.images, self.labels, self.aug = images, labels, aug
+                 randaugment: str = "", device_aug: DeviceAugment | None = None):
+        self.images, self.labels, self.aug, self.device_aug = images, labels, aug, device_aug
         self.batch_size, self.seed, self.rank = batch_size, seed, rank
         self.sampler = RepeatedAugmentationSampler(len(labels), world, rank, seed, repeats)
         steps = len(self.sampler) // batch_size
         self.steps = min(steps, max_steps) if max_steps else steps
-        self.randaugment = _rand_augment(randaugment, aug.mean) if randaugment else None
+        self.randaugment = _rand_augment(randaugment, aug.mean) if randaugment and device_aug is None else None
 
     def __len__(self) -> int:
         return self.steps
@@ -115,6 +121,10 @@ class TensorBatches:
         draws = torch.tensor(list(self.sampler), dtype=torch.long) % len(self.labels)  # copies share the image
         for b in range(start, self.steps):
             idx = draws[b * self.batch_size:(b + 1) * self.batch_size]
+            if self.device_aug is not None:
+                images = self.images[idx].permute(0, 3, 1, 2).to(self.device_aug.device, non_blocking=True)
+                yield b, self.device_aug(list(images), batch_seed(self.seed, epoch, b, self.rank)), self.labels[idx]
+                continue
             gen = torch.Generator().manual_seed(batch_seed(self.seed, epoch, b, self.rank))
             images = self.images[idx]
             if self.randaugment is not None:
@@ -144,28 +154,51 @@ def _apply_pil(images: torch.Tensor, transform, seed: int) -> torch.Tensor:
     return torch.from_numpy(np.stack(out))
 
 
-class ManifestImages(torch.utils.data.Dataset):
-    """Images of an ImageNet subset listed in its manifest.csv, restricted to some splits."""
+class ShardImages(torch.utils.data.Dataset):
+    """Images of some splits of a sharded ImageNet subset, decoded with PIL (host path, evaluation)."""
 
     def __init__(self, root: Path, splits: tuple, transform=None):
         self.root, self.transform = root, transform
-        with open(root / "manifest.csv") as f:
-            self.rows = [(r["path"], int(r["class_index"])) for r in csv.DictReader(f) if r["split"] in splits]
-        self.labels = np.array([c for _, c in self.rows], dtype=np.int64)
+        self.index = ShardIndex(root, splits)
+        self.labels = self.index.labels
 
     def __len__(self):
-        return len(self.rows)
+        return len(self.index)
 
     def __getitem__(self, i):
+        import io
+
         from PIL import Image
 
-        path, label = self.rows[i]
         try:
-            with Image.open(self.root / path) as im:
+            with Image.open(io.BytesIO(self.index.read(i))) as im:
                 img = im.convert("RGB")
         except OSError as err:
-            raise UserError(f"corrupt image {self.root / path} ({err}); {_regenerate(self.root)}") from None
-        return (self.transform(img) if self.transform else img), label
+            raise UserError(f"corrupt image {self.index.keys[i]} in {self.root} ({err}); {_regenerate(self.root)}") \
+                from None
+        return (self.transform(img) if self.transform else img), int(self.labels[i])
+
+
+class ShardBytes(torch.utils.data.Dataset):
+    """The JPEG bytes of the train images of a sharded subset (device path): a loader process reads, the device
+    decodes; on a CPU device the loader processes decode too (no GPU to do it)."""
+
+    def __init__(self, root: Path, splits: tuple, decode: bool):
+        self.index, self.decode = ShardIndex(root, splits), decode
+        self.labels = self.index.labels
+
+    def __len__(self):
+        return len(self.index)
+
+    def __getitem__(self, i):
+        data = torch.frombuffer(bytearray(self.index.read(i)), dtype=torch.uint8)
+        if self.decode:
+            data = decode_jpegs([data], torch.device("cpu"))[0]
+        return data, int(self.labels[i])
+
+
+def _as_list(batch):
+    return [x for x, _ in batch], torch.tensor([y for _, y in batch])
 
 
 class SeededDraws(torch.utils.data.Dataset):
@@ -187,14 +220,20 @@ class SeededDraws(torch.utils.data.Dataset):
             return self.base[index]
 
 
-class FolderBatches:
-    """Training batches of an ImageNet subset: timm's transforms in loader workers."""
+class ShardBatches:
+    """Training batches of a sharded ImageNet subset: timm's transforms in loader workers (host), or JPEG bytes
+    from the workers decoded and augmented by batch on the device (device_aug)."""
 
     def __init__(self, prepared: Path, transform, *, batch_size: int, seed: int, rank: int = 0, world: int = 1,
-                 repeats: int = 1, max_steps: int | None = None, workers: int = 0, pin_memory: bool = False):
-        self.data = SeededDraws(ManifestImages(prepared, IMAGENET_SPLITS["train"], transform))
+                 repeats: int = 1, max_steps: int | None = None, workers: int = 0, pin_memory: bool = False,
+                 device_aug: DeviceAugment | None = None):
+        self.device_aug = device_aug
+        if device_aug is None:
+            self.data = SeededDraws(ShardImages(prepared, IMAGENET_SPLITS["train"], transform))
+        else:
+            self.data = ShardBytes(prepared, IMAGENET_SPLITS["train"], decode=device_aug.device.type != "cuda")
         self.sampler = RepeatedAugmentationSampler(len(self.data), world, rank, seed, repeats)
-        self.seed, self.batch_size, self.workers, self.pin = seed, batch_size, workers, pin_memory
+        self.seed, self.rank, self.batch_size, self.workers, self.pin = seed, rank, batch_size, workers, pin_memory
         steps = len(self.sampler) // batch_size
         self.steps = min(steps, max_steps) if max_steps else steps
 
@@ -203,12 +242,23 @@ class FolderBatches:
 
     def epoch(self, epoch: int, start: int = 0):
         self.sampler.set_epoch(epoch)
-        self.data.epoch_seed = (self.seed * 1_000_003 + epoch) % (2 ** 31)
         draws = list(self.sampler)[start * self.batch_size:self.steps * self.batch_size]
-        loader = torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, sampler=draws, drop_last=True,
-                                             num_workers=self.workers, pin_memory=self.pin)
-        for b, (img, target) in enumerate(loader, start):
-            yield b, img, target
+        if self.device_aug is None:
+            self.data.epoch_seed = (self.seed * 1_000_003 + epoch) % (2 ** 31)
+            loader = torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, sampler=draws, drop_last=True,
+                                                 num_workers=self.workers, pin_memory=self.pin)
+            for b, (img, target) in enumerate(loader, start):
+                yield b, img, target
+            return
+        n = len(self.data)
+        loader = torch.utils.data.DataLoader(self.data, batch_size=self.batch_size, sampler=[d % n for d in draws],
+                                             drop_last=True, num_workers=self.workers, collate_fn=_as_list,
+                                             prefetch_factor=4 if self.workers else None)
+        device = self.device_aug.device
+        for b, (items, target) in enumerate(loader, start):
+            images = decode_jpegs([x.to(device, non_blocking=True) for x in items], device) \
+                if device.type == "cuda" else items
+            yield b, self.device_aug(images, batch_seed(self.seed, epoch, b, self.rank)), target
 
 
 def timm_transform(train: bool, img_size: int, desc: dict, recipe=None, interpolation: str = "bicubic"):
@@ -226,19 +276,21 @@ def timm_transform(train: bool, img_size: int, desc: dict, recipe=None, interpol
 
 
 def train_batches(prepared: str | Path, img_size: int, train, batching, *, seed: int, rank: int = 0,
-                  pin_memory: bool = False):
+                  device: torch.device | str = "cpu"):
     """A run's training batches: each process's share of the global batch (train: run_configs.TrainConfig,
-    batching: its Batching for this run's world size)."""
-    prepared = Path(prepared)
+    batching: its Batching for this run's world size), augmented where train.augment_on says."""
+    prepared, device = Path(prepared), torch.device(device)
     desc = describe_prepared(prepared)
     common = dict(batch_size=batching.per_process, seed=seed, rank=rank, world=batching.world,
                   repeats=train.repeated_aug, max_steps=train.steps_per_epoch)
+    device_aug = DeviceAugment.from_train(train, img_size, desc["mean"], desc["std"], device) \
+        if train.augment_on == "device" else None
     if desc["kind"] == "arrays":
         images, labels = load_arrays(prepared, "train")
         aug = BatchAugment.from_train(train, img_size, desc["mean"], desc["std"])
-        return TensorBatches(images, labels, aug, randaugment=train.randaugment, **common)
-    return FolderBatches(prepared, timm_transform(True, img_size, desc, train), workers=train.workers,
-                         pin_memory=pin_memory, **common)
+        return TensorBatches(images, labels, aug, randaugment=train.randaugment, device_aug=device_aug, **common)
+    return ShardBatches(prepared, timm_transform(True, img_size, desc, train), workers=train.workers,
+                        pin_memory=device.type == "cuda", device_aug=device_aug, **common)
 
 
 def eval_batches(prepared: str | Path, split: str, img_size: int, batch_size: int, *, limit: int | None = None,
@@ -253,8 +305,8 @@ def eval_batches(prepared: str | Path, split: str, img_size: int, batch_size: in
             j = min(i + batch_size, n)
             yield resize_eval(images[i:j], img_size, desc["mean"], desc["std"], interpolation), labels[i:j]
         return
-    data = ManifestImages(prepared, IMAGENET_SPLITS[split], timm_transform(False, img_size, desc,
-                                                                           interpolation=interpolation))
+    data = ShardImages(prepared, IMAGENET_SPLITS[split], timm_transform(False, img_size, desc,
+                                                                        interpolation=interpolation))
     if limit is not None:
         data = torch.utils.data.Subset(data, range(min(limit, len(data))))
     yield from torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=workers)

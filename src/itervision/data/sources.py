@@ -9,8 +9,11 @@ falls back to another copy. Fashion-MNIST is the Debian package dataset-fashion-
 the torchvision datasets into a folder.
 
 The files are parsed here rather than through torchvision's dataset classes: those insist on their own folder
-layout with uncompressed idx files (which forced a staging copy that went stale) and check the md5 of the
-official downloads (the Debian files and our synthetic test files differ). CIFAR pickles are read with an
+layout with uncompressed idx files (which forced a staging copy that went stale). Checksums (`verify`, params
+subset.verify_checksums): every file with a published md5 (torchvision's tables of the official CIFAR batches and
+MNIST / Fashion-MNIST .gz downloads) must match it; Debian's recompressed Fashion-MNIST files, whose .gz differ,
+must match the sha256 of the official decompressed content instead. A plain MNIST idx file has no published sum
+and is read unchecked. Synthetic stand-ins (tests, `make paper-smoke`) turn the check off. CIFAR pickles are read with an
 unpickler that only builds lists, dicts, strings, bytes, numbers and numpy arrays: the files stay data.
 """
 from __future__ import annotations
@@ -38,6 +41,49 @@ CLASS_NAMES = {
 CIFAR = {"cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
                      "batches.meta", "labels", "label_names"),
          "cifar100": ("cifar-100-python", ["train"], ["test"], "meta", "fine_labels", "fine_label_names")}
+
+
+# sha256 of the decompressed idx files of Fashion-MNIST (zalandoresearch's release; Debian's package holds the same
+# bytes, recompressed, so its .gz md5 differ from torchvision's table)
+CONTENT_SHA256 = {"fashion_mnist": {
+    "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34"}}
+
+
+def published_md5(name: str) -> dict:
+    """{file name: md5} of the official files, from torchvision's own tables."""
+    import torchvision.datasets as tv
+
+    if name in CIFAR:
+        cls = tv.CIFAR10 if name == "cifar10" else tv.CIFAR100
+        return dict(cls.train_list + cls.test_list)
+    cls = {"mnist": tv.MNIST, "fashion_mnist": tv.FashionMNIST}.get(name)
+    return {} if cls is None else {url.rsplit("/", 1)[-1]: md5 for url, md5 in cls.resources}
+
+
+def verify_file(name: str, path: Path, content: bytes | None = None) -> str:
+    """'md5', 'content' (the file matched that published sum) or 'unchecked' (none is published); a mismatch is a
+    one-line error."""
+    import hashlib
+
+    fix = (f"replace it with an intact copy of the official {name} files, or set subset.verify_checksums: false "
+           f"for stand-in data")
+    expected = published_md5(name).get(path.name)
+    if expected and hashlib.md5(path.read_bytes()).hexdigest() == expected:
+        return "md5"
+    stem = path.name[:-3] if path.name.endswith(".gz") else path.name
+    by_content = CONTENT_SHA256.get(name, {}).get(stem)
+    if by_content:
+        raw = content if content is not None else (gzip.decompress(path.read_bytes()) if path.suffix == ".gz"
+                                                   else path.read_bytes())
+        if hashlib.sha256(raw).hexdigest() == by_content:
+            return "content"
+        raise UserError(f"{path} does not match the published {name} data (sha256 of its content); {fix}")
+    if expected:
+        raise UserError(f"{path} does not match the published md5 {expected}; {fix}")
+    return "unchecked"
 
 
 # ------------------------------------------------------------------------------------------ idx (MNIST-style)
@@ -79,9 +125,12 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(body, dtype=np.uint8).reshape(shape)
 
 
-def _read_idx_splits(folder: Path) -> dict:
+def _read_idx_splits(folder: Path, name: str, verify: bool) -> dict:
     splits = {}
     for split, (img_name, lbl_name) in IDX_FILES.items():
+        if verify:
+            for n in (img_name, lbl_name):
+                verify_file(name, _idx_path(folder, n))
         images, labels = read_idx(_idx_path(folder, img_name)), read_idx(_idx_path(folder, lbl_name))
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
             raise UserError(f"{folder}: {img_name} has shape {images.shape} and {lbl_name} {labels.shape}; they must "
@@ -124,8 +173,11 @@ def _cifar_folder(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _read_cifar(folder: Path, name: str) -> tuple[list, dict]:
+def _read_cifar(folder: Path, name: str, verify: bool) -> tuple[list, dict]:
     _, train, test, meta, label_key, names_key = CIFAR[name]
+    if verify:
+        for fname in train + test:
+            verify_file(name, folder / fname)
     splits = {}
     for split, files in (("train", train), ("test", test)):
         images, labels = [], []
@@ -165,17 +217,18 @@ def locate(name: str, root: str | Path) -> Path:
     return found
 
 
-def load_source(name: str, root: str | Path):
-    """(class names, {"train": (uint8 NHWC images, int64 labels), "test": (...)}) of a torchvision dataset."""
+def load_source(name: str, root: str | Path, verify: bool = True):
+    """(class names, {"train": (uint8 NHWC images, int64 labels), "test": (...)}) of a torchvision dataset, its
+    files checked against the published checksums (`verify`)."""
     f = facts(name)
     if f.source != "torchvision":
         raise UserError(f"dataset '{name}' is an ImageNet subset, not an array dataset; list it under "
                         f"subset.imagenet")
     folder = locate(name, root)
     if name in CIFAR:
-        classes, splits = _read_cifar(folder, name)
+        classes, splits = _read_cifar(folder, name, verify)
     else:
-        classes, splits = CLASS_NAMES[name], _read_idx_splits(folder)
+        classes, splits = CLASS_NAMES[name], _read_idx_splits(folder, name, verify)
     for split, (images, labels) in splits.items():
         if images.shape[1:] != (f.native_size, f.native_size, f.channels):
             raise UserError(f"{name} {split} images in {folder} have shape {images.shape[1:]}, expected "

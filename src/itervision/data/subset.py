@@ -3,15 +3,17 @@
 * Torchvision datasets (CPU scale): a class list and per-class counts for train / calib / test, drawn by
   seed, written as one `.npz` per split (uint8 NHWC images + labels) with `manifest.json`.
 * ImageNet-layout folders (paper scale): a class list file, optional short-side resize, N train images per
-  class held out into the evaluation set, written as an image tree + `manifest.csv` + `summary.json`.
+  class held out into the evaluation set, written as tar shards + `index.csv` + `summary.json` (data/shards.py).
+  The source is the listing of the files used (data/source_list.py: names and sizes; the DVC dependency), or
+  an ImageNet folder itself.
 
 Both write into a temporary folder and rename it into place at the end, so a failed run leaves nothing that
 looks complete.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
+import os
 import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -20,7 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from itervision.data.registry import facts
-from itervision.data.sources import list_images, load_source, read_class_list
+from itervision.data.shards import ShardImage, write_index, write_shards
+from itervision.data.source_list import source_files
+from itervision.data.sources import load_source, read_class_list
 from itervision.errors import UserError
 from itervision.io import commit_dir, fresh_temp_dir, write_json
 
@@ -65,9 +69,9 @@ def _draw_per_class(labels: np.ndarray, classes: list[int], counts: list, rng: n
 
 
 def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_class, calib_per_class: int,
-                       test_per_class, seed: int, root: str | Path) -> dict:
+                       test_per_class, seed: int, root: str | Path, verify: bool = True) -> dict:
     out = Path(out)
-    class_names, source = load_source(name, root)
+    class_names, source = load_source(name, root, verify)
     info = facts(name)
     class_idx = _resolve_classes(classes, class_names)
     remap = {c: i for i, c in enumerate(class_idx)}
@@ -101,13 +105,19 @@ def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_c
 # ---------------------------------------------------------------- ImageNet-layout folders
 
 def _convert_one(job):
-    """Open, verify, convert to RGB, optionally resize the short side, save as JPEG. Returns (dst, error)."""
+    """Open and verify one image. An RGB JPEG that needs no resize is kept as it is (its bytes go into the shard
+    unchanged); anything else (a resize, grayscale, CMYK, PNG, alpha) is converted to RGB and saved once as JPEG
+    quality 95. Returns (file whose bytes go into the shard, error, (width, height))."""
     from PIL import Image
 
-    src, dst, short_side = job
+    src, dst, short_side, expected_bytes = job
     try:
+        if expected_bytes is not None and os.path.getsize(src) != expected_bytes:
+            return src, "changed since listed", None
         with Image.open(src) as im:
             im.load()
+            if im.format == "JPEG" and im.mode == "RGB" and not short_side:
+                return src, None, im.size
             if im.mode in ("RGBA", "LA", "P"):
                 im = im.convert("RGBA")
                 background = Image.new("RGBA", im.size, (255, 255, 255, 255))
@@ -120,116 +130,116 @@ def _convert_one(job):
                     im = im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.BICUBIC)
             Path(dst).parent.mkdir(parents=True, exist_ok=True)
             im.save(dst, "JPEG", quality=95)
-        return dst, None
+            return dst, None, im.size
     except Exception as err:  # PIL raises many types for corrupt files
-        return dst, f"{type(err).__name__}: {err}"
+        return dst, f"{type(err).__name__}: {err}", None
 
 
-def subset_imagenet(imagenet_root: str | Path, class_list: str | Path, out: str | Path, *, holdout_per_class: int,
+def subset_imagenet(source: str | Path, class_list: str | Path, out: str | Path, *, holdout_per_class: int,
                     seed: int, calib_per_class: int = 0, short_side: int | None = None,
-                    max_bad_fraction: float = 0.001, workers: int = 1) -> dict:
-    """Subset an ImageNet-layout tree.
+                    max_bad_fraction: float = 0.001, workers: int = 1, images_per_shard: int = 1024) -> dict:
+    """Subset an ImageNet-layout tree (or the listing of one, data/source_list.py) into shards.
 
     Splits: train; holdout (N train images per class, part of the evaluation set, as the document does);
     calib (more train images per class, held out to choose early-exit thresholds); val. The evaluation set is
-    val + holdout. All hold-outs are drawn per class by seed and removed from train. Every image is converted
-    first (into a pool), then the hold-outs are drawn among the readable ones, so an unreadable file never takes
-    a hold-out or calibration place.
+    val + holdout. All hold-outs are drawn per class by seed and removed from train. Every image is verified
+    first, then the hold-outs are drawn among the readable ones, so an unreadable file never takes a hold-out or
+    calibration place. A missing or flat val/ is refused before any image is read (source_files).
     """
-    root, out = Path(imagenet_root), Path(out)
-    synsets = _checked_classes(root, class_list)
+    out = Path(out)
+    synsets = read_class_list(class_list)
+    root, listed = source_files(source, synsets, class_list)
     tmp = fresh_temp_dir(out)
     try:
-        jobs, sources = _conversion_jobs(root, synsets, tmp / "_pool", short_side, holdout_per_class + calib_per_class)
+        jobs, sources = _conversion_jobs(root, listed, synsets, tmp / "_pool", short_side,
+                                         holdout_per_class + calib_per_class)
         good, bad = _convert_all(jobs, sources, workers, max_bad_fraction)
-        rows = _place(good, synsets, tmp, np.random.default_rng(seed), holdout_per_class, calib_per_class)
+        rng = np.random.default_rng(seed)
+        placed = _place(good, synsets, rng, holdout_per_class, calib_per_class)
         counts = {s: {syn: 0 for syn in synsets} for s in ("train", "calib", "holdout", "val")}
-        for _, _, syn, split in rows:
-            counts[split][syn] += 1
+        for im in placed:
+            counts[im.split][im.synset] += 1
         _check_class_counts(counts, calib_per_class)
-    except UserError:
-        shutil.rmtree(tmp)
+        rows, shards = [], {}
+        for split in ("train", "calib", "holdout", "val"):
+            chosen = [im for im in placed if im.split == split]
+            chosen = [chosen[i] for i in rng.permutation(len(chosen))]  # classes mixed within every shard
+            r, shards[split] = write_shards(chosen, tmp, split, images_per_shard)
+            rows += r
+        write_index(tmp, rows)
+        shutil.rmtree(tmp / "_pool", ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
-    with open(tmp / "manifest.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "class_index", "synset", "split", "bytes"])
-        writer.writerows(row + ((tmp / row[0]).stat().st_size,) for row in rows)
     summary = {
-        "class_list": str(class_list), "classes": synsets, "seed": seed, "short_side": short_side,
-        "holdout_per_class": holdout_per_class, "calib_per_class": calib_per_class,
-        "totals": {s: sum(c.values()) for s, c in counts.items()},
-        "per_class": counts, "bad_images": bad,
+        "format": "shards", "source": str(source), "root": str(root), "class_list": str(class_list),
+        "classes": synsets, "seed": seed, "short_side": short_side, "holdout_per_class": holdout_per_class,
+        "calib_per_class": calib_per_class, "images_per_shard": images_per_shard,
+        "totals": {s: sum(c.values()) for s, c in counts.items()}, "per_class": counts, "bad_images": bad,
+        "reencoded": sum(1 for im in placed if "_pool" in im.path.parts),
+        "shards": shards,
     }
     write_json(tmp / "summary.json", summary)
     commit_dir(tmp, out)
     return summary
 
 
-def _checked_classes(root: Path, class_list) -> list[str]:
-    if not (root / "train").is_dir():
-        raise UserError(f"ImageNet root {root} has no train/ folder; pass the folder holding train/<synset>/")
-    synsets = read_class_list(class_list)
-    missing = [s for s in synsets if not (root / "train" / s).is_dir()]
-    if missing:
-        raise UserError(f"class {missing[0]} of {class_list} is absent from {root}/train"
-                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                        + "; fix the class list or the ImageNet root")
-    return synsets
-
-
-def _conversion_jobs(root: Path, synsets: list, pool: Path, short_side, held_out: int):
-    """([(source, pool path, short side)], [(class index, synset, source split)]) of every train and val image."""
+def _conversion_jobs(root: Path, listed: dict, synsets: list, pool: Path, short_side, held_out: int):
+    """([(source, pool path, short side, listed bytes)], [(class index, synset, source split, source)]) of every
+    train and val image."""
     jobs, sources = [], []
     for ci, syn in enumerate(synsets):
-        train_files = list_images(root / "train" / syn)
+        train_files = listed[("train", syn)]
         if len(train_files) < held_out + 1:
             raise UserError(f"class {syn} has {len(train_files)} train images, cannot hold out {held_out}; lower "
                             f"holdout_per_class/calib_per_class")
-        for split, files in (("train", train_files), ("val", list_images(root / "val" / syn))):
-            for f in files:
-                jobs.append((str(f), str(pool / split / syn / f"{f.stem}.JPEG"), short_side))
-                sources.append((ci, syn, split))
+        for split in ("train", "val"):
+            for rel, size in listed[(split, syn)]:
+                jobs.append((str(root / rel), str(pool / split / syn / f"{Path(rel).stem}.JPEG"), short_side, size))
+                sources.append((ci, syn, split, rel))
     return jobs, sources
 
 
 def _convert_all(jobs, sources, workers: int, max_bad_fraction: float):
-    """({(class index, source split): readable pool paths, in order}, [unreadable images]); too many unreadable
-    images is an error."""
+    """({(class index, source split): [ShardImage]}, [unreadable images]); too many unreadable images is an
+    error, and so is a file that changed since it was listed."""
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(_convert_one, jobs, chunksize=64))
     else:
         results = [_convert_one(j) for j in jobs]
-    bad = [{"path": jobs[i][0], "error": err} for i, (_, err) in enumerate(results) if err]
+    changed = [jobs[i][0] for i, (_, err, _) in enumerate(results) if err == "changed since listed"]
+    if changed:
+        raise UserError(f"{changed[0]} (and {len(changed) - 1} more) changed size since the source was listed; list "
+                        f"it again (`make imagenet-lists`) and rerun")
+    bad = [{"path": jobs[i][0], "error": err} for i, (_, err, _) in enumerate(results) if err]
     fraction = len(bad) / max(1, len(jobs))
     if fraction > max_bad_fraction:
         raise UserError(f"{len(bad)} of {len(jobs)} images are unreadable ({fraction:.2%} > max_bad_fraction "
                         f"{max_bad_fraction:.2%}), first: {bad[0]['path']}; repair the source or raise the limit")
     good = {}
-    for (ci, syn, split), job, (_, err) in zip(sources, jobs, results):
+    for (ci, syn, split, rel), (path, err, size) in zip(sources, results):
         if not err:
-            good.setdefault((ci, split), []).append(Path(job[1]))
+            key = f"{split}-{syn}-{Path(rel).stem}"
+            good.setdefault((ci, split), []).append(ShardImage(
+                key=key, split=split, class_index=ci, synset=syn, data=None, path=Path(path), width=size[0],
+                height=size[1], source=rel))
     return good, bad
 
 
-def _place(good: dict, synsets: list, tmp: Path, rng, holdout: int, calib: int) -> list[tuple]:
-    """Draw each class's hold-out and calibration images by seed and move every image into its split folder;
-    the manifest rows (path, class index, synset, split)."""
-    rows = []
+def _place(good: dict, synsets: list, rng, holdout: int, calib: int) -> list[ShardImage]:
+    """Draw each class's hold-out and calibration images by seed; every image with its split."""
+    placed = []
     for ci, syn in enumerate(synsets):
         train = good.get((ci, "train"), [])
         order = rng.permutation(len(train)).tolist()
         split_of = {i: "holdout" for i in order[:holdout]}
         split_of.update({i: "calib" for i in order[holdout:holdout + calib]})
-        placed = [(split_of.get(i, "train"), f) for i, f in enumerate(train)]
-        placed += [("val", f) for f in good.get((ci, "val"), [])]
-        for split, f in placed:
-            rel = f"{split}/{syn}/{f.name}"
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            f.rename(tmp / rel)
-            rows.append((rel, ci, syn, split))
-    shutil.rmtree(tmp / "_pool")
-    return rows
+        for i, im in enumerate(train):
+            im.split = split_of.get(i, "train")
+            placed.append(im)
+        placed += good.get((ci, "val"), [])
+    return placed
 
 
 def _check_class_counts(counts: dict, calib: int) -> None:

@@ -53,6 +53,15 @@ class ModelPlan:
     world: int
     memory_gb: float | None = None
     measured: dict = field(default_factory=dict)  # measured_rate() of a GPU benchmark entry
+    input: dict = field(default_factory=dict)     # input_cap(): what the input path feeds a GPU
+
+    @property
+    def images_per_s(self) -> float | None:
+        """The per-GPU training rate the plan counts: the measured GPU rate, capped by the input path's."""
+        if not self.measured:
+            return None
+        cap = self.input.get("cap")
+        return min(self.measured["images_per_s"], cap) if cap else self.measured["images_per_s"]
 
     @property
     def train_flops(self) -> float:
@@ -64,7 +73,7 @@ class ModelPlan:
         compiles (at the same time), so the compile time counts world times."""
         if not self.measured:
             return None
-        seconds = (self.train_images * self.epochs / self.measured["images_per_s"]
+        seconds = (self.train_images * self.epochs / self.images_per_s
                    + self.measured["compile_seconds"] * self.world)
         return seconds * self.runs / 3600
 
@@ -116,9 +125,12 @@ def check_sources(p: Params) -> list[str]:
     out = []
     for ds, source in p.data.sources.items():
         if ds in p.subset.imagenet:
-            if not (Path(source) / "train").is_dir():
+            if Path(source).suffix == ".csv" and not Path(source).is_file():
+                out.append(f"warning: data.sources.{ds} = {source} does not exist; {ds} cannot be prepared until "
+                           f"`make imagenet-lists IMAGENET=/path/to/imagenet` lists the files it uses")
+            elif Path(source).suffix != ".csv" and not (Path(source) / "train").is_dir():
                 out.append(f"warning: data.sources.{ds} = {source} has no train/ folder; {ds} cannot be prepared "
-                           f"until it points at ImageNet-1K (train/<synset>/, val/<synset>/)")
+                           f"until it points at ImageNet-1K (train/<synset>/, val/<synset>/) or a listing of it")
             continue
         try:
             locate(ds, source)
@@ -194,6 +206,80 @@ def memory_gb(config, train, batch: int, cache: dict) -> float:
     return cache[key]
 
 
+# ------------------------------------------------------------------------------------------ the input
+
+INPUT_RATES = RESULTS / "input.json"
+
+
+def load_input_rates(path: Path = INPUT_RATES) -> dict | None:
+    """benchmarks/results/input.json (`make input-benchmark`): images per core-second of each data path."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(f"{path} is not valid JSON; rerun `make input-benchmark`") from None
+    if not isinstance(data.get("per_core"), dict):
+        raise UserError(f"{path} lacks 'per_core'; rerun `make input-benchmark`")
+    data["path"] = str(path)
+    return data
+
+
+def input_path(train, imagenet: bool) -> str:
+    """Which CPU work feeds a run's GPU: ImageNet host (decode and timm transforms in loader workers) or device
+    (workers read JPEG bytes; the GPU decodes and augments); arrays host (PIL RandAugment per image in the
+    training process itself) or in memory (nothing per image on the CPU)."""
+    if imagenet:
+        return "host" if train.augment_on == "host" else "device_read"
+    return "host" if train.randaugment and train.augment_on == "host" else "memory"
+
+
+def input_cap(dataset: str, train, imagenet: bool, inputs: dict, cpus_per_gpu: float, measured: dict) -> dict:
+    """What the input path can feed one GPU: per-core rate x cores per GPU (loader workers, at most
+    train.workers) for ImageNet; the training process's own core for arrays on the host path (cores do not help
+    there); no cap for arrays in memory. `bound` when that is below the GPU's measured rate, with the cores per GPU
+    that would unbind it."""
+    path = input_path(train, imagenet)
+    if path == "memory":
+        return {"path": path}
+    per_core = (inputs["per_core"].get(dataset) or {}).get(path)
+    if not per_core:
+        return {"path": path, "unmeasured": True}
+    cores = min(cpus_per_gpu, max(1, train.workers)) if imagenet else 1
+    cap = per_core * cores
+    gpu = measured.get("images_per_s") if measured else None
+    out = {"path": path, "per_core": per_core, "cores": cores, "cap": cap}
+    if gpu:
+        out.update(bound=cap < gpu, gpu=gpu, cores_needed=math.ceil(gpu / per_core) if imagenet else None)
+    return out
+
+
+def input_lines(plans: list[ModelPlan], inputs: dict | None, cpus_per_gpu: float | None) -> list[str]:
+    """What the input can feed, and the runs it cannot, at CPUS_PER_GPU cores per GPU."""
+    if not cpus_per_gpu:
+        return ["input: not counted (CPUS_PER_GPU=N counts it: per-core rates from `make input-benchmark`)"]
+    if not inputs:
+        return [f"input: CPUS_PER_GPU={cpus_per_gpu:g} given but no benchmarks/results/input.json; run `make "
+                f"input-benchmark` first"]
+    lines = [f"input at {cpus_per_gpu:g} cores per GPU (per-core rates measured on {inputs.get('cpu')}, "
+             f"{inputs.get('date')}; other CPUs differ): the run's rate is the lower of GPU and input"]
+    bound = [mp for mp in plans if mp.input.get("bound")]
+    for mp in bound:
+        i = mp.input
+        need = f"; {i['cores_needed']} cores per GPU would feed it" if i.get("cores_needed") else \
+            " (one process per GPU: cores do not help; train.augment_on: device does)"
+        lines.append(f"  INPUT-BOUND {mp.model} on {mp.dataset} ({i['path']} path): GPU {i['gpu']:,.0f} img/s, input "
+                     f"{i['cap']:,.0f} img/s per GPU{need}")
+    if not bound:
+        lines.append("  no run is input-bound at its measured GPU rate")
+    device = sorted({mp.dataset for mp in plans if mp.input.get("path") == "device_read"})
+    if device:
+        lines.append(f"  device path ({', '.join(device)}): the loader only reads bytes; the GPU's own decode and "
+                     f"augmentation time is in no measured rate here (loader-fed rates: `make gpu-benchmark` on a GPU)")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------ measured rates
 
 def load_rates(gpu: str, results: Path = RESULTS) -> dict | None:
@@ -243,7 +329,8 @@ def measured_rate(entry: dict, batch: int, compile_mode: str) -> dict:
     return {"images_per_s": found[0], "batch": found[1], "compiled": False, "compile_seconds": 0.0} if found else {}
 
 
-def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | None = None) -> list[ModelPlan]:
+def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | None = None,
+              inputs: dict | None = None, cpus_per_gpu: float | None = None) -> list[ModelPlan]:
     gcache, mcache, out = {}, {}, []
     for study in p.studies:
         runs = expected_runs(p, study)
@@ -261,6 +348,8 @@ def plan_runs(p: Params, memory: bool = True, fast: bool = False, rates: dict | 
             mp.measured = measured_rate(entry, batch, train.compile) if entry else {}
             if mp.measured and not mp.measured["compiled"] and train.compile != "none":
                 mp.measured = compiled_elsewhere(mp.measured, rates, study, m, batch, train.compile)
+            if inputs and cpus_per_gpu:
+                mp.input = input_cap(ds, train, ds in p.subset.imagenet, inputs, cpus_per_gpu, mp.measured)
             out.append(mp)
     return out
 
@@ -463,6 +552,12 @@ def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hou
                 o.rate_basis = "compiled~" if got.get("speedup_from") else "compiled"
                 o.gpu_hours = o.world * (mp.train_images * mp.epochs / (o.world * o.images_per_s)
                                          + got["compile_seconds"]) / 3600
+        cap = mp.input.get("cap")
+        for o in opts:  # the input path feeds at most `cap` images/s per GPU, whatever the GPU could do
+            if cap and o.images_per_s and o.images_per_s > cap and o.gpu_hours is not None:
+                training = mp.train_images * mp.epochs / 3600
+                o.gpu_hours = o.gpu_hours - training / o.images_per_s + training / cap
+                o.images_per_s, o.input_bound = cap, True
         all_opts[key], runs[key] = opts, mp.runs
         chosen = choose(opts)
         if chosen is None:  # no rate: today's FLOP estimate at today's world, labelled
@@ -483,7 +578,8 @@ def placement_table(p: Params, plans: list[ModelPlan], rates: dict, deadline_hou
         study, model, ds = key
         t_world, t_hours, t_basis = today[key]
         lines.append(f"{study:12s} {model:18s} {ds:13s} {runs[key]:4d} {o.world:4d} {o.batch:6d} "
-                     f"{o.images_per_s:10,.0f} {o.rate_basis:>12s} {o.peak_gib or float('nan'):6.1f} "
+                     f"{o.images_per_s:10,.0f} {o.rate_basis + ('/input' if o.input_bound else ''):>12s} "
+                     f"{o.peak_gib or float('nan'):6.1f} "
                      f"{o.memory_basis:>12s} {o.gpu_hours:9.2f} {t_world:11d} {t_hours:11.2f} ({t_basis})")
         totals["placed_all"] += o.gpu_hours * runs[key]
         totals["today"] += t_hours * runs[key]
