@@ -17,10 +17,28 @@ from pathlib import Path
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.config.params import check_params, load_params
-from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, load_rates, makespan_lines,
-                                     placement_table, plan_runs, published_check)
+from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, input_lines,
+                                     load_input_rates, load_rates, makespan_lines, placement_table, plan_runs,
+                                     published_check)
 from itervision.config.scales import render_scale
 from itervision.planning.placement import write_placement
+
+
+def check_arguments(args) -> None:
+    """Every argument in range before anything is planned (one line each)."""
+    import math
+
+    if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
+        raise UserError(f"--hours {args.hours} (HOURS) is not a positive number of hours; give e.g. HOURS=30")
+    if args.gpus < 1:
+        raise UserError(f"--gpus {args.gpus} (GPUS) is not a number of GPUs >= 1; give e.g. GPUS=8")
+    if args.cpus_per_gpu is not None and not (math.isfinite(args.cpus_per_gpu) and args.cpus_per_gpu > 0):
+        raise UserError(f"--cpus-per-gpu {args.cpus_per_gpu} (CPUS_PER_GPU) is not a positive number of cores")
+    if (args.hours is not None or args.write_placement) and not args.gpu:
+        raise UserError("--hours and --write-placement plan a placement from measured rates: add --gpu NAME (GPU=)")
+    if args.write_placement and args.scale:
+        raise UserError(f"--write-placement writes {args.params}, which must hold the planned scale: run "
+                        f"`python stages/set_scale.py {args.scale}`, then plan without --scale")
 
 
 @cli_entry
@@ -32,11 +50,18 @@ def main(argv=None):
     ap.add_argument("--fast", action="store_true", help="no fvcore counts, no memory estimate")
     ap.add_argument("--hours", type=float, help="with --gpu: widen placements until the campaign ends within H hours")
     ap.add_argument("--gpus", type=int, default=8, help="the GPUs the --hours deadline is planned on (default 8)")
+    ap.add_argument("--cpus-per-gpu", type=float, help="CPU cores that feed each GPU: runs whose input path "
+                                                        "(benchmarks/results/input-*.json) cannot feed their GPU rate "
+                                                        "are planned at the input rate")
     ap.add_argument("--write-placement", action="store_true",
                     help="with --gpu: write the placement into run.placement of --params (params.yaml), which "
                          "`make campaign` then runs")
     args = ap.parse_args(argv)
+    check_arguments(args)
     p = check_params(render_scale(args.scale)) if args.scale else load_params(args.params)
+    if args.write_placement and p.scale in ("cpu", "tiny"):
+        raise UserError(f"{args.params} holds the {p.scale} scale: a GPU placement there would retrain its CPU runs "
+                        f"as groups of processes; switch to the paper scale first (`make paper-scale`)")
     rates = None
     if args.gpu:
         rates = load_rates(args.gpu)
@@ -51,8 +76,11 @@ def main(argv=None):
         print("SparseFormer GFLOPs per exit (fvcore convention) beside the published ones:")
         for line in published_check(p):
             print(line)
-    plans = plan_runs(p, memory=not args.fast, fast=args.fast, rates=rates)
-    for line in cost_table(plans, args.fast, rates) + makespan_lines(plans, args.fast):
+    inputs = load_input_rates() if args.cpus_per_gpu else None
+    plans = plan_runs(p, memory=not args.fast, fast=args.fast, rates=rates, inputs=inputs,
+                      cpus_per_gpu=args.cpus_per_gpu)
+    for line in cost_table(plans, args.fast, rates) + input_lines(plans, inputs, args.cpus_per_gpu) \
+            + makespan_lines(plans, args.fast):
         print(line)
     if rates:
         lines, totals = placement_table(p, plans, rates, args.hours, args.gpus)

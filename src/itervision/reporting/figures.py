@@ -31,9 +31,16 @@ def band(stat) -> tuple[float, float, float]:
 
 
 def write_csv(path: Path, header: list[str], rows: list[list]) -> None:
-    def cell(v):
-        return f"{v:.6g}" if isinstance(v, float) else str(v)
-    write_text(path, ",".join(header) + "\n" + "".join(",".join(cell(v) for v in r) + "\n" for r in rows))
+    import csv
+    import io
+
+    from itervision.reporting.escape import csv_cell
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([csv_cell(h) for h in header])
+    w.writerows([[f"{v:.6g}" if isinstance(v, float) else csv_cell(str(v)) for v in r] for r in rows])
+    write_text(path, buf.getvalue())
 
 
 def save(fig, path: Path) -> None:

@@ -595,6 +595,7 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
     import io
 
     from itervision.io import write_json, write_text
+    from itervision.reporting.escape import csv_cell, md_cell
 
     table = rows(entries)
     src = {}
@@ -604,7 +605,7 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
     buf = io.StringIO()
     writer = csv.DictWriter(buf, COLUMNS, extrasaction="ignore")  # the report's plot data stays in ledger.json
     writer.writeheader()
-    writer.writerows(table)
+    writer.writerows([{k: csv_cell(v) for k, v in row.items()} for row in table])
     write_text(csv_path, buf.getvalue())
     tally = headline(entries)
     md = ["# Claims ledger", "",
@@ -628,9 +629,10 @@ def write(entries: list[Entry], families_: dict, md_path, csv_path, json_path, l
                 setting = f"{row['claimed_setting']} → {row['tested_setting']}" if row["tested_setting"] else \
                     row["claimed_setting"]
                 holm_p = "; ".join(x for x in (row["p_holm"], row["p_size_holm"]) if x)
-                md.append(f"| {row['claim']} ({row['reference']}) | {setting} | {row['published']} | "
-                          f"{row['estimate']} | {row['test']} | {holm_p} | {row['indicators']} | **{row['verdict']}** "
-                          f"| {row['reason']} | {row['seeds_needed_80pct']} |")
+                cells = [f"{row['claim']} ({row['reference']})", setting, row["published"], row["estimate"],
+                         row["test"], holm_p, row["indicators"], f"**{md_cell(row['verdict'])}**", row["reason"],
+                         row["seeds_needed_80pct"]]
+                md.append("| " + " | ".join(c if i == 7 else md_cell(c) for i, c in enumerate(cells)) + " |")
     write_text(md_path, "\n".join(md) + "\n")
     write_json(json_path, {doc: {fid: {"tests": h["tests"], "claims": h["claims"],
                                        **dict(sorted(h["verdicts"].items()))} for fid, h in classes.items()}

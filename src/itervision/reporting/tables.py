@@ -7,6 +7,7 @@ import io
 import math
 from pathlib import Path
 
+from itervision.reporting.escape import csv_cell, md_cell
 from itervision.io import write_text
 
 
@@ -71,16 +72,16 @@ def naming(path):
 def write_table(stem: Path, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> None:
     """stem.md (title, table, notes) and stem.csv (the same cells)."""
     stem = Path(stem)
-    md = [f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    md = [f"## {title}", "", "| " + " | ".join(md_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     if notes:
         md += [""] + [f"- {n}" for n in notes]
     with naming(stem.with_suffix(".md")):
         write_text(stem.with_suffix(".md"), "\n".join(md) + "\n")
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(columns)
-    w.writerows(rows)
+    w.writerow([csv_cell(c) for c in columns])
+    w.writerows([[csv_cell(c) for c in row] for row in rows])
     with naming(stem.with_suffix(".csv")):
         write_text(stem.with_suffix(".csv"), buf.getvalue())
 

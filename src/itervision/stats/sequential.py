@@ -122,11 +122,14 @@ def max_seeds(n0: int, effect: float, sd: float, target: float = 0.8, alpha: flo
               limit: int = 10_000) -> int | None:
     """The smallest max_n > n0 whose design (the pilot look at n0, the final look at max_n) reaches `target` power
     at effect / sd: the normal-approximation n of the design, plus Guenther's (1981) z^2 / 2 for estimating the SD
-    (the one-sample t-test's small-sample correction, within one seed of the noncentral-t n)."""
+    (the one-sample t-test's small-sample correction, within one seed of the noncentral-t n). None when that n
+    exceeds `limit`: the caller refuses in one line instead of starting an underpowered design."""
     if not (sd > 0 and effect != 0 and math.isfinite(sd) and math.isfinite(effect)):
         return None
     z = stats.norm.ppf(1 - alpha / 2)
     lo = max(n0 + 1, math.ceil((z + stats.norm.ppf(target)) ** 2 * (sd / effect) ** 2))
+    if lo > limit:  # already the normal-approximation n is past the limit: no design within it
+        return None
     hi = lo
     while power([n0, hi], hi, abs(effect), sd, alpha) < target:
         lo, hi = hi, math.ceil(hi * 1.25) + 1
@@ -138,7 +141,8 @@ def max_seeds(n0: int, effect: float, sd: float, target: float = 0.8, alpha: flo
             hi = mid
         else:
             lo = mid + 1
-    return min(limit, hi + math.ceil(z ** 2 / 2))
+    n = hi + math.ceil(z ** 2 / 2)
+    return n if n <= limit else None  # never the limit itself in place of a design that needs more
 
 
 @dataclass
