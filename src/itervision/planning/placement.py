@@ -40,6 +40,7 @@ class Option:
     memory_basis: str
     fits: bool
     gpu_hours: float | None     # of one run (every GPU of it, compile included)
+    input_bound: bool = False   # images_per_s is the input path's, below the GPU's (plan.input_cap)
 
     @property
     def hours(self) -> float | None:
