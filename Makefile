@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
 	CPUS_PER_GPU IMAGENET REV
 
-.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark \
+.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark input-benchmark \
 	gpu-benchmark pipelines campaign settle
 
 # params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
@@ -106,7 +106,7 @@ paper-plan: setup
 # 1.33M-file folder): IMAGENET=/path/to/imagenet with train/<synset>/ and val/<synset>/ (data/source_list.py).
 imagenet-lists: setup
 	@test -n "$(IMAGENET)" || { echo "error: give the ImageNet folder: make imagenet-lists IMAGENET=/path/to/imagenet"; exit 2; }
-	$(PY) -m itervision.data.source_list "$$IMAGENET"
+	$(PY) -m itervision.pipeline.imagenet_lists "$$IMAGENET"
 
 # The torchvision datasets of the paper scale into data/raw/ (the folders configs/scales/paper.yaml names).
 paper-data: setup
@@ -119,6 +119,11 @@ paper-smoke: setup
 benchmark: setup
 	$(PY) benchmarks/training_speed.py
 	$(PY) benchmarks/sparseformer_speed.py
+
+# Input rates per CPU core of every data path of the paper recipe -> benchmarks/results/input.json, which
+# `make paper-plan CPUS_PER_GPU=N` reads (benchmarks/input_speed.py).
+input-benchmark: setup
+	$(PY) benchmarks/input_speed.py
 
 # Every paper configuration on the GPU (training img/s, kernels and host syncs per step, memory, compile, inference
 # per exit) -> benchmarks/results/<gpu>.json. Without CUDA it says so and exits 0. It needs torch (and timm) only,

@@ -9,7 +9,10 @@ loss, backward, clipping, AdamW) on random images:
 and for the main models of each study:
     CUDA kernels and host syncs per step (torch.profiler; torch.cuda.set_sync_debug_mode counts every sync),
     torch.compile time and speed-up (train.compile = reduce-overhead: CUDA graphs),
-    evaluation images/s and batch-1 latency per exit.
+    evaluation images/s and batch-1 latency per exit;
+and for the main models, fed by the real input path instead of random tensors (the recipe's train.augment_on:
+shards of natural-photo JPEGs decoded and augmented on the GPU for ImageNet, uint8 arrays augmented on the GPU for
+CIFAR/MNIST; the run's loader workers): training images/s, and the input path alone (decode + augmentation).
 Work is ordered by what the plan and the speed claims need most, within a time budget (--budget-seconds); what
 the budget leaves out is listed in the file as skipped. The file is rewritten after every measurement, so an
 interrupted run keeps what it measured. Without CUDA it says so in one line and exits 0 (--device cpu runs the
@@ -151,6 +154,80 @@ class Bench:
               + ", ".join(f"b{b} {v:,.0f} img/s" for b, v in rates.items())
               + (", peak " + ", ".join(f"{v:.2f} GiB" for v in memory.values()) if memory else ""), flush=True)
 
+    def input_set(self, ds, cfg, n: int) -> Path:
+        """A prepared dataset in the real format for the input path: ImageNet shards of n natural photos
+        (benchmarks/input_speed.py), or n uint8 arrays of the dataset's size; cached per dataset for the run."""
+        import tempfile
+
+        import numpy as np
+
+        from itervision.io import write_json
+
+        cache = getattr(self, "_inputs", None) or {}
+        self._inputs = cache
+        if ds in cache:
+            return cache[ds]
+        folder = Path(tempfile.mkdtemp(prefix=f"bench-{ds}-"))
+        if ds in self.p.subset.imagenet:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from input_speed import SIZES, photos, shard_set
+
+            shard_set(folder, photos(n), SIZES.get(ds, (None, None))[1])
+            write_json(folder / "summary.json", {"classes": [f"c{i}" for i in range(cfg.num_classes)],
+                                                 "totals": {"train": n}})
+        else:
+            rng = np.random.default_rng(0)
+            images = rng.integers(0, 255, (n, cfg.img_size, cfg.img_size, cfg.in_chans), dtype=np.uint8)
+            np.savez(folder / "train.npz", images=images, labels=np.arange(n) % cfg.num_classes)
+            write_json(folder / "manifest.json", {"classes": [str(i) for i in range(cfg.num_classes)],
+                                                  "channels": cfg.in_chans, "mean": [0.5] * cfg.in_chans,
+                                                  "std": [0.25] * cfg.in_chans, "splits": {"train": {"count": n}}})
+        cache[ds] = folder
+        return folder
+
+    def loader_fed(self, study, ds, m, batch):
+        """Training images/s with the recipe's input path feeding the step (loader workers, decode and
+        augmentation where train.augment_on says), and the input path's own images/s, at one GPU's batch."""
+        import os
+
+        from itervision.data.loaders import train_batches
+
+        model, train = self.build(study, ds, m)
+        workers = min(train.workers, os.cpu_count() or 1)
+        train = dataclasses.replace(train, global_batch=batch, micro_batch=None, steps_per_epoch=None,
+                                    repeated_aug=1, workers=workers)
+        prepared = self.input_set(ds, model.cfg, max(2 * batch, 64))
+        batches = train_batches(prepared, model.cfg.img_size, train, train.batching(1), seed=0, device=self.device)
+        step = self.step_fn(model, train)
+
+        def stream():
+            epoch = 0
+            while True:
+                for _, img, target in batches.epoch(epoch):
+                    yield img, target.to(self.device, non_blocking=True)
+                epoch += 1
+
+        feed = stream()
+        for _ in range(self.args.warmup):
+            step(*next(feed))
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(self.args.steps):
+            step(*next(feed))
+        self.sync()
+        fed = batch * self.args.steps / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(self.args.steps):
+            img, _ = next(feed)
+        self.sync()
+        alone = batch * self.args.steps / (time.perf_counter() - t0)
+        e = self.entry(study, ds, m)
+        e.setdefault("loader_fed_images_per_s", {})[str(batch)] = fed
+        e.setdefault("input_images_per_s", {})[str(batch)] = alone
+        e["input_path"] = {"augment_on": train.augment_on, "workers": workers}
+        print(f"{study}/{ds}/{m} fed by its input path ({train.augment_on}, {workers} workers): b{batch} {fed:,.0f} "
+              f"img/s training, {alone:,.0f} img/s input alone", flush=True)
+
     def kernels_and_syncs(self, study, ds, m, batch, prefix="", **config_changes):
         """CUDA kernels of one step (profiler) and host syncs per step (sync debug mode)."""
         from torch.profiler import ProfilerActivity, profile
@@ -255,6 +332,11 @@ class Bench:
         for a in self.by_value(pairs):
             for b in (glob[a], glob[a] // 2):
                 jobs.append((f"train {'/'.join(a)} b{b}", lambda a=a, b=b: self.train_speed(*a, [b])))
+        # the same steps fed by the real input path (shards on the GPU), beside the random-tensor rates: every
+        # ImageNet configuration of the main models and the main recursive ones, at the largest batch measured
+        fed = [a for a in pairs if a[2] in MAIN[a[0]] and (a[1] in p.subset.imagenet or a in main)]
+        for a in self.by_value(fed):
+            jobs.append((f"loader {'/'.join(a)} b{glob[a]}", lambda a=a: self.loader_fed(*a, glob[a])))
         for a in main:
             jobs.append((f"compile {'/'.join(a)} b{glob[a]}", lambda a=a: self.compiled_speed(*a, glob[a])))
         moe = ("recursive", first["recursive"], "dsa-moe")

@@ -4,6 +4,7 @@ with kill -9 mid-run, a cluster of separately started `dask scheduler` / `dask w
 same predictions), and a failing stage that stops its dependents."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,28 +126,96 @@ def test_a_failing_stage_stops_its_dependents_with_one_line(tmp_path):
     assert not (repo / "runs").exists()
 
 
-def test_one_gpu_workers_run_two_runs_side_by_side_and_a_run_too_wide_is_refused(built_repo, tmp_path):
-    """--gpus 2 --gpus-per-worker 1 on this CPU machine: two workers of one (stand-in) GPU each, CUDA_VISIBLE_DEVICES
-    0 and 1. The two one-process runs go one to each device at the same time, and their predictions equal the
-    sequential `dvc repro`'s. A run placed on 2 processes cannot fit a one-GPU worker: refused in one line."""
+def start_scheduler(tmp_path) -> tuple[subprocess.Popen, str]:
+    sched_file = tmp_path / "scheduler.json"
+    proc = subprocess.Popen([str(BIN / "dask"), "scheduler", "--port", "0", "--dashboard-address", ":0",
+                             "--scheduler-file", str(sched_file)], env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while not sched_file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    return proc, json.loads(sched_file.read_text())["address"]
+
+
+def gpu_worker(address: str, gpus: int) -> subprocess.Popen:
+    """A worker as a cluster node starts it (itervision.pipeline.worker), declaring `gpus` stand-in GPUs."""
+    return subprocess.Popen([PY, "-m", "itervision.pipeline.worker", "--scheduler", address, "--gpus", str(gpus)],
+                            env={**ENV, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_gpu_workers_that_join_late_get_the_waiting_runs_side_by_side(built_repo, tmp_path):
+    """The campaign starts with no worker (SLURM jobs still queued), told that workers hold one GPU each; two
+    one-(stand-in)-GPU workers join 20 s later. Every run got a GPU instead of running without one, the two
+    runs went one to each worker's GPU at the same time, each 'done' line says the run computed on the CPU (no
+    CUDA here), and the predictions equal the sequential `dvc repro`'s. A run placed on 2 processes cannot fit
+    a one-GPU worker: refused in one line."""
     repo = make_repo(tmp_path / "repo")
     runs = ["run_sparseformer@fashion_mnist-sf-static-9-0", "run_sparseformer@fashion_mnist-sf-recurrent-0"]
-    r = campaign(repo, "--gpus", "2", "--gpus-per-worker", "1", *runs)
+    scheduler, address = start_scheduler(tmp_path)
+    workers = []
+    try:
+        def join_later():
+            time.sleep(20)
+            workers.extend(gpu_worker(address, 1) for _ in range(2))
+
+        joiner = threading.Thread(target=join_later, daemon=True)
+        joiner.start()
+        r = campaign(repo, "--scheduler", address, "--gpus-per-worker", "1", "--status-minutes", "0.1", *runs)
+        joiner.join(timeout=1)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert "0 workers joined so far; runs wait for workers of 1 GPUs" in r.stdout
+        done = [line for line in r.stdout.splitlines() if "run_sparseformer@" in line and ": done in" in line]
+        assert sorted(line.rsplit(" GPU ", 1)[1].split()[0] for line in done) == ["0", "0"], r.stdout
+        assert len({line.split(" on ")[1].split(" GPU")[0] for line in done}) == 1  # this host
+        assert all("ran on the CPU: no CUDA" in line for line in done), done
+        assert "at most 2 GPU stages at once" in r.stdout  # side by side
+        assert re.search(r"\[\d\d:\d\d\] \d+ done, \d+ running, \d+ queued", r.stdout), r.stdout
+        assert sorted(p.name for p in (repo / "logs/campaign").glob("run_sparseformer*.log")) == \
+            sorted(f"{x}.log" for x in runs)
+        for model in ("sf-static-9", "sf-recurrent"):
+            ours, theirs = (np.load(root / f"runs/sparseformer/fashion_mnist/{model}/seed0/predictions.npz")
+                            for root in (repo, built_repo))
+            assert all(np.array_equal(ours[k], theirs[k]) for k in ours.files), model
+        params = repo / "params.yaml"
+        params.write_text(params.read_text().replace("  placement: {}", "  placement: {fashion_mnist/sf-static-9: 2}"))
+        r = campaign(repo, "--scheduler", address, "--gpus-per-worker", "1", runs[0])  # sf-static-9 now on 2
+        assert r.returncode == 2
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and "needs 2 GPUs (params run.gpus / run.placement) and workers hold 1" \
+            in lines[0], r.stderr
+        assert (repo / "runs/sparseformer/fashion_mnist/sf-static-9/seed0/metrics.json").exists()  # kept
+    finally:
+        for p in [scheduler, *workers]:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_stalled_run_is_killed_and_resumes_from_its_checkpoint(built_repo, tmp_path):
+    """A run stopped with SIGSTOP (a hung collective looks the same from outside: alive, silent) stops beating
+    its heartbeat; the campaign's watchdog kills it after --stall-minutes, says so with the log's place, and runs
+    it once more, which resumes from its checkpoint; the metrics equal the sequential repro's."""
+    repo = make_repo(tmp_path / "repo")
+    stopped = []
+
+    def stop_a_run():
+        deadline = time.time() + 600
+        while time.time() < deadline and not stopped:
+            for pid, _, ckpt in run_processes(repo):
+                if ckpt.exists():
+                    os.kill(pid, signal.SIGSTOP)
+                    if ckpt.exists():  # mid-way (a finished run deletes it): its retry must resume from it
+                        stopped.append(ckpt)
+                    break
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=stop_a_run, daemon=True)
+    watcher.start()
+    r = campaign(repo, "--workers", "2", "--stall-minutes", "0.5", "aggregate_recursive")
+    watcher.join(timeout=1)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "campaign on 2 local Dask workers x 1 GPUs" in r.stdout
-    devices = {line.split(": done")[0].split(":")[-1]: line.rsplit("on GPU ", 1)[1].split()[0]
-               for line in r.stdout.splitlines() if "run_sparseformer@" in line and ": done in" in line}
-    assert sorted(devices.values()) == ["0", "1"], r.stdout  # one run on each device
-    assert "at most 2 GPU stages at once" in r.stdout  # side by side
-    for model in ("sf-static-9", "sf-recurrent"):
-        ours, theirs = (np.load(root / f"runs/sparseformer/fashion_mnist/{model}/seed0/predictions.npz")
-                        for root in (repo, built_repo))
-        assert all(np.array_equal(ours[k], theirs[k]) for k in ours.files), model
-    params = repo / "params.yaml"
-    params.write_text(params.read_text().replace("  placement: {}", "  placement: {fashion_mnist/sf-static-9: 2}"))
-    r = campaign(repo, "--gpus", "2", "--gpus-per-worker", "1", runs[0])  # sf-static-9 now on 2
-    assert r.returncode == 2
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and "needs 2 GPUs (params run.gpus / run.placement) and the largest worker has 1" \
-        in lines[0], r.stderr
-    assert (repo / "runs/sparseformer/fashion_mnist/sf-static-9/seed0/metrics.json").exists()  # kept: nothing ran
+    assert stopped, "no run was stopped"
+    model, seed = stopped[0].parts[-3], stopped[0].parts[-2].removeprefix("seed")
+    assert "stalled: no heartbeat for 0.5 min; killed" in r.stdout and "retrying once (log: " in r.stdout
+    assert f"(resuming {model} seed {seed} at step" in r.stdout, r.stdout
+    assert json.loads((repo / "metrics/recursive.json").read_text()) == \
+        json.loads((built_repo / "metrics/recursive.json").read_text())

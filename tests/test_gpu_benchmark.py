@@ -41,6 +41,10 @@ def test_the_gpu_benchmark_measures_what_the_placement_needs_first(tmp_path):
     assert [r["exit"] for r in rows] == list(range(1, model_spec(p, "dsa-moe", "fashion_mnist").config.steps + 1))
     assert all(r["latency_ms"] > 0 and r["images_per_s"] > 0 for r in rows)  # batch-1 latency per exit
     assert any(w.startswith("compile ") for w in res["skipped"])  # compiling needs 120 s left: listed, not lost
+    fed = res["configs"]["recursive/fashion_mnist/sa-mlp"]  # the step fed by the real input path, beside random ones
+    glob = str(run_spec(p, "sa-mlp", "fashion_mnist").train.global_batch)
+    assert fed["loader_fed_images_per_s"][glob] > 0 and fed["input_images_per_s"][glob] > 0
+    assert fed["input_path"]["augment_on"] == "host"
 
 
 def test_a_cut_short_benchmark_keeps_what_it_measured(tmp_path):

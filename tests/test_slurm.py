@@ -1,10 +1,12 @@
 """The campaign on a real SLURM: a single-node cluster on this machine (Debian's slurmctld, slurmd and munge, set
 up by tests/slurm_single_node.sh as root), Dask workers as SLURM jobs through dask_jobqueue.SLURMCluster, the
-tiny-scale recursive study's runs executed there. The metrics equal the sequential `dvc repro`'s, and a worker's
-job cancelled with `scancel` mid-run has its run retried, resuming from its checkpoint. Skipped with one line
+tiny-scale recursive study's runs executed there. The metrics equal the sequential `dvc repro`'s; a worker's job
+cancelled with `scancel` mid-run has its run retried, resuming from its checkpoint; jobs that join after the
+campaign started get the runs and their (stand-in) GPUs; a requeued job rejoins and its run resumes. Skipped with one line
 where SLURM cannot be started (not root, no apt)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -44,6 +46,72 @@ def job_of(pid: int) -> str | None:
     except OSError:
         return None
     return next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURM_JOB_ID=")), None)
+
+
+def squeue_state(job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def test_late_gpu_jobs_get_the_runs_and_a_requeued_job_rejoins_and_resumes(built_repo, tmp_path, slurm):
+    """The campaign starts before any SLURM job runs (told that workers hold one GPU); two jobs declaring one
+    stand-in GPU each join later and get the runs; one job is requeued with `scontrol requeue` while its run has a
+    checkpoint: the job runs again, its worker joins the scheduler again, the run resumes from its checkpoint, and
+    the metrics equal the sequential `dvc repro`'s."""
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    repo = make_repo(tmp_path / "repo")
+    cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
+                           python=sys.executable, log_directory=str(tmp_path / "logs"),
+                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": None},
+                           worker_extra_args=["--resources", "GPU=1"], job_extra_directives=["--requeue"],
+                           job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
+    requeued = []
+
+    def requeue_a_job():  # scontrol requeue the job of a worker whose run has written a checkpoint
+        deadline = time.time() + 900
+        while time.time() < deadline and not requeued:
+            for pid, _, ckpt in run_processes(repo):
+                job = job_of(pid)
+                if ckpt.exists() and job:
+                    subprocess.run(["scontrol", "requeue", job], check=True)  # the job goes back to the queue
+                    time.sleep(0.5)
+                    if ckpt.exists():
+                        requeued.append((job, ckpt))
+                    break
+            time.sleep(0.05)
+
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "itervision.pipeline.campaign", "--scheduler",
+                                 cluster.scheduler_address, "--gpus-per-worker", "1", "--status-minutes", "0.2",
+                                 "aggregate_recursive"], cwd=repo, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(5)  # the campaign is running with no worker at all
+        cluster.scale(jobs=2)
+        watcher = threading.Thread(target=requeue_a_job, daemon=True)
+        watcher.start()
+        out, err = proc.communicate(timeout=1500)
+        watcher.join(timeout=1)
+        assert proc.returncode == 0, out[-3000:] + err[-3000:]
+        print("\n".join(x for x in out.splitlines() if x.startswith(("[", "  run_")) or "started on" in x))
+        assert re.search(r"^\[\d\d:\d\d\] \d+ done, \d+ running, \d+ queued", out, re.M), out[-3000:]
+        assert "0 workers joined so far; runs wait for workers of 1 GPUs" in out
+        assert requeued, "no job was requeued"
+        job, ckpt = requeued[0]
+        model, seed = ckpt.parts[-3], ckpt.parts[-2].removeprefix("seed")
+        assert f"(resuming {model} seed {seed} at step" in out, out[-3000:]
+        assert " 0 failed" in out and " GPU 0" in out
+        deadline = time.time() + 300  # the requeued job runs again and its worker joins again
+        with Client(cluster) as client:
+            while time.time() < deadline and (squeue_state(job) != "RUNNING"
+                                              or len(client.scheduler_info()["workers"]) < 2):
+                time.sleep(2)
+            assert squeue_state(job) == "RUNNING" and len(client.scheduler_info()["workers"]) == 2
+    finally:
+        cluster.close()
+    ours = json.loads((repo / "metrics/recursive.json").read_text())
+    assert ours == json.loads((built_repo / "metrics/recursive.json").read_text())  # the sequential repro's numbers
+    assert "up to date" in sh("dvc status aggregate_recursive", repo)
 
 
 def test_the_campaign_runs_on_slurm_and_a_cancelled_job_resumes_its_run(built_repo, tmp_path, slurm):

@@ -15,7 +15,7 @@ it was listed. The checks of the layout happen here, before any image is read: a
 val/ (the ILSVRC2012 download puts the 50,000 validation images in one folder) and a class without its folder are
 refused in one line.
 
-    python -m itervision.data.source_list /data/imagenet          # every ImageNet subset of params.yaml
+    python -m itervision.pipeline.imagenet_lists /data/imagenet   # every ImageNet subset of params.yaml
     python -m itervision.data.source_list /data/imagenet data/splits/imagenet200.txt data/sources/imagenet200.csv
 """
 from __future__ import annotations
@@ -128,35 +128,12 @@ def source_files(source: str | Path, synsets: list[str], class_list) -> tuple[Pa
     return source, {k: [(rel, None) for rel, _ in v] for k, v in list_folder(source, synsets, class_list).items()}
 
 
-def write_params_listings(imagenet: str | Path, params: str = "params.yaml") -> list[str]:
-    """The listing of every ImageNet subset of a params file whose data.sources entry names a listing (.csv),
-    each for its own class list; one line per file written."""
-    from itervision.config.params import load_params
-
-    p = load_params(params)
-    targets = {ds: p.data.sources[ds] for ds in p.subset.imagenet if str(p.data.sources.get(ds, "")).endswith(".csv")}
-    if not targets:
-        raise UserError(f"{params} has no ImageNet subset read from a listing (subset.imagenet with data.sources "
-                        f"DATASET.csv); switch to the paper scale first (`make paper-scale`)")
-    lines = []
-    for ds, out in targets.items():
-        n = write_listing(imagenet, [p.subset.imagenet[ds].class_list], out)
-        lines.append(f"{out}: {n} images of {imagenet} ({ds}, class list {p.subset.imagenet[ds].class_list})")
-    return lines
-
-
 @cli_entry
 def main(argv=None):
     ap = ArgumentParser(prog="python -m itervision.data.source_list", description=__doc__.split("\n\n")[0])
     ap.add_argument("root", help="the ImageNet folder (train/<synset>/, val/<synset>/)")
-    ap.add_argument("class_lists", nargs="*", help="class list files, then the output file (default: every ImageNet "
-                                                   "subset of --params, each into its data.sources file)")
-    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("class_lists", nargs="+", help="class list files, then the output file")
     args = ap.parse_args(argv)
-    if not args.class_lists:
-        for line in write_params_listings(args.root, args.params):
-            print(line, file=sys.stderr)
-        return
     *lists, out = args.class_lists
     if not lists:
         raise UserError("give at least one class list and the output file")

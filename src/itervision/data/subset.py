@@ -220,7 +220,7 @@ def _convert_all(jobs, sources, workers: int, max_bad_fraction: float):
     good = {}
     for (ci, syn, split, rel), (path, err, size) in zip(sources, results):
         if not err:
-            key = f"{split}-{syn}-{Path(rel).stem}"
+            key = f"{split}-{syn}-{Path(rel).stem}".replace(".", "_")  # WebDataset keys end at the first dot
             good.setdefault((ci, split), []).append(ShardImage(
                 key=key, split=split, class_index=ci, synset=syn, data=None, path=Path(path), width=size[0],
                 height=size[1], source=rel))

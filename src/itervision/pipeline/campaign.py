@@ -440,7 +440,7 @@ class Campaign:
             if devices:
                 self.out.on_gpus.append((stage.addressing, devices, *result["span"]))
             self.log(f"{stage.addressing}: done in {result['seconds']:.0f} s"
-                     + (f" on {result.get('host')} GPU {','.join(devices)}" if devices else "")
+                     + (f" on {result.get('host')} GPU {','.join(devices)}{computed_on(stage)}" if devices else "")
                      + (f" ({result['resumed']})" if result.get("resumed") else ""))
         else:
             self.broken.add(stage)
@@ -485,6 +485,21 @@ class Campaign:
         for stage in live:
             lines.append("  " + progress_line(stage, beats[stage], self.watch.plan))
         return lines
+
+
+def computed_on(stage) -> str:
+    """' (ran on the CPU: no CUDA on that worker)' when a run given GPU slots recorded a CPU device (stand-in
+    GPU resources), else ''."""
+    info = run_info(stage)
+    if not info or "seed" not in info:
+        return ""
+    config = Path(stage.wdir) / "runs" / info["study"] / info["dataset"] / info["model"] / f"seed{info['seed']}" \
+        / "config.json"
+    try:
+        device = json.loads(config.read_text()).get("device")
+    except (OSError, ValueError):
+        return ""
+    return " (ran on the CPU: no CUDA on that worker)" if device == "cpu" else ""
 
 
 def progress_line(stage, beat: dict, plan: dict | None) -> str:

@@ -305,21 +305,28 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool, experiment: str 
         print("  " + paper_gpu_hours(pl))
     if dry_run or not plans:
         return
-    stale = stale_stages()
-    if stale:
-        raise UserError(f"the pipeline is not up to date ({len(stale)} stages, e.g. {stale[0]}); run make repro "
-                        f"first, so that settle trains only the new seeds")
-    claims = dict(p.settle_claims)
-    for pl in plans:
-        t = pl.target
-        d = dict(t.design or {"study": t.document, "dataset": t.dataset, "models": t.models,
-                              **design(t.pilot, t.effect, POWER, SD_LEVEL)})
-        d["looks"] = list(d["looks"]) + [pl.look]
-        claims[t.test_id] = d
-    write_settle(params_path, p, claims)
+    from itervision.config.params import MAX_RUNS
     from itervision.pipeline.workspace import hold
 
-    with hold("make settle"):
+    new_runs, have = sum(len(pl.runs) for pl in plans), sum(len(v) for v in p.settle_runs.values())
+    if new_runs + have > MAX_RUNS:  # refused before the lock, the status or params are touched
+        raise UserError(f"this settle adds {new_runs:,} runs ({have} settle runs already); at most {MAX_RUNS:,} runs "
+                        f"in one params file: give a smaller --minutes")
+    with hold("make settle"):  # first: a second settle or a `make repro` beside it is refused before anything
+        claims = dict(p.settle_claims)
+        for pl in plans:
+            t = pl.target
+            d = dict(t.design or {"study": t.document, "dataset": t.dataset, "models": t.models,
+                                  **design(t.pilot, t.effect, POWER, SD_LEVEL)})
+            d["looks"] = list(d["looks"]) + [pl.look]
+            claims[t.test_id] = d
+        resuming = claims == dict(p.settle_claims)  # this very look is in params already: an interrupted settle
+        if not resuming:
+            stale = stale_stages()
+            if stale:
+                raise UserError(f"the pipeline is not up to date ({len(stale)} stages, e.g. {stale[0]}); run make "
+                                f"repro first, so that settle trains only the new seeds")
+            write_settle(params_path, p, claims)
         command = ["dvc", "exp", "run", "-n", experiment] if experiment else ["dvc", "repro"]
         rc = subprocess.call(command, env=_env())
     if rc:
@@ -393,8 +400,8 @@ def main(argv=None):
                                                   "settle group) instead of `dvc repro`")
     ap.add_argument("--params", type=Path, default=Path(DEFAULT_PARAMS))
     args = ap.parse_args(argv)
-    if args.minutes is not None and not args.minutes > 0:
-        raise UserError(f"--minutes must be positive, got {args.minutes}")
+    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise UserError(f"--minutes (MINUTES) must be a positive number of minutes, got {args.minutes}")
     if args.reset:
         reset(args.params)
         return

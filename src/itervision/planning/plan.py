@@ -211,19 +211,25 @@ def memory_gb(config, train, batch: int, cache: dict) -> float:
 INPUT_RATES = RESULTS / "input.json"
 
 
-def load_input_rates(path: Path = INPUT_RATES) -> dict | None:
-    """benchmarks/results/input.json (`make input-benchmark`): images per core-second of each data path."""
+def read_results(path: Path, key: str, fix: str) -> dict | None:
+    """A benchmark results file holding the mapping `key`, with its path added; None when absent; a broken file is
+    one line naming `fix`."""
     path = Path(path)
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError:
-        raise UserError(f"{path} is not valid JSON; rerun `make input-benchmark`") from None
-    if not isinstance(data.get("per_core"), dict):
-        raise UserError(f"{path} lacks 'per_core'; rerun `make input-benchmark`")
+        raise UserError(f"{path} is not valid JSON; rerun {fix}") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), dict):
+        raise UserError(f"{path} lacks '{key}'; rerun {fix}")
     data["path"] = str(path)
     return data
+
+
+def load_input_rates(path: Path = INPUT_RATES) -> dict | None:
+    """benchmarks/results/input.json (`make input-benchmark`): images per core-second of each data path."""
+    return read_results(path, "per_core", "`make input-benchmark`")
 
 
 def input_path(train, imagenet: bool) -> str:
@@ -236,17 +242,17 @@ def input_path(train, imagenet: bool) -> str:
 
 
 def input_cap(dataset: str, train, imagenet: bool, inputs: dict, cpus_per_gpu: float, measured: dict) -> dict:
-    """What the input path can feed one GPU: per-core rate x cores per GPU (loader workers, at most
-    train.workers) for ImageNet; the training process's own core for arrays on the host path (cores do not help
-    there); no cap for arrays in memory. `bound` when that is below the GPU's measured rate, with the cores per GPU
-    that would unbind it."""
+    """What the input path can feed one GPU: per-core rate x cores per GPU for ImageNet (one loader worker per core:
+    train.workers is a hardware knob, set to the cores a GPU has); the training process's own core for arrays on
+    the host path (cores do not help there); no cap for arrays in memory. `bound` when that is below the GPU's
+    measured rate, with the cores per GPU that would unbind it."""
     path = input_path(train, imagenet)
     if path == "memory":
         return {"path": path}
     per_core = (inputs["per_core"].get(dataset) or {}).get(path)
     if not per_core:
         return {"path": path, "unmeasured": True}
-    cores = min(cpus_per_gpu, max(1, train.workers)) if imagenet else 1
+    cores = cpus_per_gpu if imagenet else 1
     cap = per_core * cores
     gpu = measured.get("images_per_s") if measured else None
     out = {"path": path, "per_core": per_core, "cores": cores, "cap": cap}
@@ -286,16 +292,7 @@ def load_rates(gpu: str, results: Path = RESULTS) -> dict | None:
     """benchmarks/results/<gpu>.json (gpu as the file names it, e.g. nvidia-h200, or a path to such a file), or
     None."""
     path = Path(gpu) if gpu.endswith(".json") else Path(results) / f"{gpu}.json"
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise UserError(f"{path} is not valid JSON; rerun `make gpu-benchmark` on that GPU") from None
-    if not isinstance(data.get("configs"), dict):
-        raise UserError(f"{path} lacks 'configs'; rerun `make gpu-benchmark` on that GPU")
-    data["path"] = str(path)
-    return data
+    return read_results(path, "configs", "`make gpu-benchmark` on that GPU")
 
 
 def rate_at(entry: dict, batch: int) -> tuple[float, int] | None:
