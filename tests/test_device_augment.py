@@ -327,3 +327,25 @@ def test_the_shard_evaluation_set_is_val_and_holdout(sharded):
     assert describe_prepared(out)["kind"] == "imagenet"
     n = sum(len(y) for _, y in eval_batches(out, "test", 32, 4))
     assert n == summary["totals"]["val"] + summary["totals"]["holdout"]
+
+
+def test_the_input_rate_benchmark_runs_at_a_tiny_size(tmp_path):
+    """benchmarks/input_speed.py (`make input-benchmark`) on a few photos: a rate per path and dataset, the CPU
+    named, and a file the plan reads (planning/plan.load_input_rates)."""
+    import json
+    import subprocess
+
+    from helpers import ROOT
+    from itervision.planning.plan import load_input_rates
+
+    out = tmp_path / "input.json"
+    r = subprocess.run([sys.executable, "benchmarks/input_speed.py", "--images", "8", "--repeats", "1", "--out",
+                        str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["cpu"] and data["threads"] == 1 and "not measured here" in data["gpu"]
+    for ds in ("imagenet200", "imagenet100"):
+        rates = data["per_core"][ds]
+        assert rates["host"] > 0 and rates["device_on_cpu"] > 0 and rates["device_read"] > rates["host"]
+    assert data["per_core"]["cifar10"]["host"] > 0 and data["per_core"]["mnist"]["device_on_cpu"] > 0
+    assert load_input_rates(out)["per_core"] == data["per_core"]

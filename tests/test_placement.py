@@ -123,3 +123,31 @@ def test_the_written_placement_is_what_the_runs_train_on(tmp_path, monkeypatch):
     assert worlds["sa-mlp"] == 2 and worlds["sf-recurrent"] == worlds["dsa-moe"] == 1
     write_placement(params, {}, "none")
     assert yaml.safe_load(params.read_text())["run"]["placement"] == {}
+
+
+def test_the_plan_caps_each_run_at_what_its_input_feeds():
+    """CPUS_PER_GPU: ImageNet on the host path gets per-core rate x cores (one loader worker per core), arrays with
+    RandAugment on the host path one core whatever the cores (it runs in the training process), arrays in memory
+    no cap; an input-bound run is named with the cores that would feed it, and its hours use the input's rate."""
+    from types import SimpleNamespace
+
+    from itervision.planning.plan import ModelPlan, input_cap, input_lines
+
+    inputs = {"cpu": "test CPU", "date": "today", "per_core": {
+        "imagenet200": {"host": 200.0, "device_read": 50_000.0}, "cifar10": {"host": 3000.0}}}
+    host = SimpleNamespace(augment_on="host", randaugment="rand-m9", workers=8)
+    device = SimpleNamespace(augment_on="device", randaugment="rand-m9", workers=8)
+    gpu = {"images_per_s": 3000.0, "compile_seconds": 0.0}
+    cap = input_cap("imagenet200", host, True, inputs, 8, gpu)
+    assert cap["cap"] == 1600.0 and cap["bound"] and cap["cores_needed"] == 15
+    assert input_cap("imagenet200", host, True, inputs, 16, gpu)["cap"] == 3200.0  # workers follow the cores
+    assert not input_cap("imagenet200", device, True, inputs, 8, gpu)["bound"]
+    arrays = input_cap("cifar10", host, False, inputs, 64, {"images_per_s": 9000.0})
+    assert arrays["cap"] == 3000.0 and arrays["bound"] and arrays["cores_needed"] is None
+    assert input_cap("cifar10", device, False, inputs, 8, gpu) == {"path": "memory"}
+    mp = ModelPlan("sparseformer", "sf-static-16", "imagenet200", runs=2, epochs=1, train_images=3_000_000,
+                   gflops=1.0, batch=64, world=8, measured=gpu, input=cap)
+    assert mp.images_per_s == 1600.0 and abs(mp.measured_gpu_hours - 2 * 3_000_000 / 1600 / 3600) < 1e-9
+    lines = input_lines([mp], inputs, 8)
+    assert any("INPUT-BOUND sf-static-16 on imagenet200" in x and "15 cores per GPU would feed it" in x for x in lines)
+    assert "no benchmarks/results/input.json" in input_lines([mp], None, 8)[0]
