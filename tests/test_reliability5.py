@@ -145,7 +145,7 @@ def test_hostile_texts_reach_no_export_as_formula_or_markup(tmp_path, monkeypatc
         assert "<img" not in text and "](http" not in text and "&#60;" not in text, path
 
 
-# ---------------------------------------------------------------------------------------------- the placement at CPU scale
+# ---------------------------------------------------------------------------------------------- 5. CPU-scale placement
 
 def test_placement_is_not_written_into_a_cpu_scale_params(tmp_path):
     tiny_params(tmp_path)

@@ -2,8 +2,8 @@
 up by tests/slurm_single_node.sh as root), Dask workers as SLURM jobs through dask_jobqueue.SLURMCluster, the
 tiny-scale recursive study's runs executed there. The metrics equal the sequential `dvc repro`'s; a worker's job
 cancelled with `scancel` mid-run has its run retried, resuming from its checkpoint; jobs that join after the
-campaign started get the runs and their (stand-in) GPUs; a requeued job rejoins and its run resumes. Skipped with one line
-where SLURM cannot be started (not root, no apt)."""
+campaign started get the runs and their (stand-in) GPUs; after a requeue the run resumes and the cluster has its
+workers again. Skipped with one line where SLURM cannot be started (not root, no apt)."""
 import json
 import os
 import re
