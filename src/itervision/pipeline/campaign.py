@@ -248,6 +248,15 @@ def stage_file_name(stage) -> str:
     return "".join(c if c.isalnum() or c in "_.@-" else "_" for c in name)
 
 
+def resolved_run(stage) -> Path | None:
+    """The resolved run.json a stage depends on (a run stage's recipe), or None for other stages."""
+    for dep in stage.deps:
+        path = Path(str(dep.def_path))
+        if path.name == "run.json" and "resolved" in path.parts:
+            return Path(stage.wdir) / path
+    return None
+
+
 def run_info(stage) -> dict | None:
     """study, dataset, model, seed (from a run stage's command), world and global batch (its resolved run.json);
     None for other stages."""
@@ -255,14 +264,13 @@ def run_info(stage) -> dict | None:
     if not any(w.endswith("stages/run.py") for w in words):
         return None
     info = {k[2:]: words[words.index(k) + 1] for k in ("--study", "--dataset", "--model", "--seed") if k in words}
-    for dep in stage.deps:
-        path = Path(str(dep.def_path))
-        if path.name == "run.json" and "resolved" in path.parts:
-            try:
-                spec = json.loads((Path(stage.wdir) / path).read_text())
-                info.update(world=int(spec.get("world", 1)), global_batch=int(spec["train"]["global_batch"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
+    path = resolved_run(stage)
+    if path is not None:
+        try:
+            spec = json.loads(path.read_text())
+            info.update(world=int(spec.get("world", 1)), global_batch=int(spec["train"]["global_batch"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     return info
 
 
@@ -490,14 +498,15 @@ class Campaign:
 def computed_on(stage) -> str:
     """' (ran on the CPU: no CUDA on that worker)' when a run given GPU slots recorded a CPU device (stand-in
     GPU resources), else ''."""
+    from itervision.runs import CONFIG, RunRecord
+
     info = run_info(stage)
-    if not info or "seed" not in info:
+    if not info or not {"study", "dataset", "model", "seed"} <= set(info):
         return ""
-    config = Path(stage.wdir) / "runs" / info["study"] / info["dataset"] / info["model"] / f"seed{info['seed']}" \
-        / "config.json"
     try:
-        device = json.loads(config.read_text()).get("device")
-    except (OSError, ValueError):
+        record = RunRecord(info["study"], info["dataset"], info["model"], int(info["seed"]))
+        device = json.loads((Path(stage.wdir) / record.path(CONFIG)).read_text()).get("device")
+    except (OSError, ValueError, UserError):
         return ""
     return " (ran on the CPU: no CUDA on that worker)" if device == "cpu" else ""
 
@@ -561,16 +570,12 @@ def refuse(line: str) -> dict:
 def stage_gpus(stage) -> int:
     """GPUs a stage holds: a run the processes of its recipe (the `world` of the resolved run.json it depends on),
     a profile stage (a latency measurement, `alone`) one, any other stage none."""
-    import json
-    from pathlib import Path
-
-    for dep in stage.deps:
-        path = Path(str(dep.def_path))
-        if path.name == "run.json" and "resolved" in path.parts:
-            try:
-                return int(json.loads((Path(stage.wdir) / path).read_text()).get("world", 1))
-            except (OSError, ValueError):
-                return 1  # not written yet (configure runs first in the same campaign): read again at submit
+    path = resolved_run(stage)
+    if path is not None:
+        try:
+            return int(json.loads(path.read_text()).get("world", 1))
+        except (OSError, ValueError):
+            return 1  # not written yet (configure runs first in the same campaign): read again at submit
     return 1 if alone(stage) else 0
 
 
