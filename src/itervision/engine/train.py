@@ -8,7 +8,7 @@
                         at each curve point the last exit's top-1 on a fixed slice of calib and test;
                         a checkpoint at every curve point and epoch end, or every train.checkpoint_minutes,
                         written in the background (engine/checkpoint.CheckpointWriter); a heartbeat file for
-                        the launcher (engine/heartbeat.py)
+                        the launcher (heartbeat.py)
       summarise         final weights and the training log (rank 0)
 
 Batch and learning rate: `global_batch` images per optimiser step over all processes, each process taking
@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from itervision.data.loaders import batch_seed, describe_prepared, eval_batches, global_seed, train_batches
 from itervision.engine.checkpoint import CheckpointWriter, code_fingerprint, load_checkpoint, run_fingerprint
-from itervision.engine.heartbeat import Heartbeat
+from itervision.heartbeat import Heartbeat
 from itervision.engine.distributed import all_gather_objects, all_reduce_mean, init_distributed, is_main
 from itervision.engine.recipe import SoftTargets, build_ema, build_optimizer, lr_schedule, step_loss
 from itervision.errors import UserError
@@ -304,7 +304,7 @@ def train_one_epoch(s: Setup, state: TrainState, progress: bool, step_hook=None)
             curve = state.step in s.curve_at
             read_point = curve or epoch_end or len(state.pending) >= s.sync_every  # a host read happens anyway
             checkpoint = read_point and checkpoint_due(s, state, curve or epoch_end)
-            if curve or epoch_end or checkpoint or len(state.pending) >= s.sync_every:
+            if read_point:  # a checkpoint is only ever due at a read point
                 read_losses(s, state)
                 seconds = totals["seconds"] + time.perf_counter() - t0
                 rate = totals["images"] / max(seconds, 1e-9)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from itervision.engine.heartbeat import Heartbeat
+from itervision.heartbeat import Heartbeat
 
 
 def model_device(model) -> torch.device:
@@ -38,12 +38,27 @@ def top1_per_exit(pred: dict) -> list[float]:
 
 @torch.inference_mode()
 def recursive_traces(model, batches, images: int) -> dict:
-    """Sparsity, expert shares and attention mass per role per step, on the first `images` images."""
-    chunks, n = [], 0
-    for img, _ in batches:
+    """Sparsity, expert shares and attention mass per role per step, on the first `images` images; and the
+    feedback probe: last-step top-1 with the model's own predictions fed back as y, with the true class, and with
+    a wrong one (the next class) from step 2 on. If y matters, the wrong class costs accuracy."""
+    chunks, labels, n = [], [], 0
+    for img, label in batches:
         chunks.append(img)
+        labels.append(label)
         n += len(img)
         if n >= images:
             break
     model.eval()
-    return model(torch.cat(chunks)[:images].to(model_device(model)), trace=True)["trace"]
+    img = torch.cat(chunks)[:images].to(model_device(model))
+    label = torch.cat(labels)[:images].to(img.device)
+    out = model(img, trace=True)
+    trace = out["trace"]
+    wrong = (label + 1) % out["logits"][-1].shape[-1]
+
+    def last_top1(logits) -> float:
+        return float((logits[-1].argmax(-1) == label).float().mean())
+
+    trace["feedback"] = {"images": int(len(label)), "own": last_top1(out["logits"]),
+                         "true_y": last_top1(model(img, y_given=label)["logits"]),
+                         "wrong_y": last_top1(model(img, y_given=wrong)["logits"])}
+    return trace

@@ -286,12 +286,20 @@ class RecursiveClassifier(nn.Module):
         self.apply(init_weights)
         # y0, z0 and the role embeddings start at zero, so at init the y token carries only what it reads
         # from the image token (a constant offset there would swamp the image signal after LayerNorm).
-        nn.init.trunc_normal_(self.class_embed, std=0.02)
+        # The class embeddings start at unit scale (norm about sqrt(d), like the LayerNorm-ed tokens they sit
+        # beside) and are not weight-decayed (no_weight_decay): at std 0.02 and decayed they trained to a norm of
+        # about 0.24 against about 8 for the other tokens, and the prediction fed back into the next step barely
+        # mattered (a wrong y moved final top-1 by <= 0.6 points; docs/ledger.md "one pass").
+        nn.init.trunc_normal_(self.class_embed, std=1.0, a=-2.0, b=2.0)
         self.encoder.to(memory_format=torch.channels_last)  # see ConvEncoder.forward
 
     @property
     def num_exits(self) -> int:
         return self.cfg.steps
+
+    def no_weight_decay(self) -> set[str]:
+        """The class embeddings: a lookup table whose scale is the feedback's strength (see __init__)."""
+        return {"class_embed"}
 
     def exit_loss_weights(self) -> list[float]:
         return exit_loss_weights(self.cfg.steps, self.cfg.earlier_weight if self.cfg.step_loss == "last_plus" else None)
@@ -304,8 +312,10 @@ class RecursiveClassifier(nn.Module):
         hard = torch.zeros_like(probs).scatter_(-1, probs.argmax(-1, keepdim=True), 1.0)
         return (hard + probs - probs.detach()) @ self.class_embed  # straight-through
 
-    def forward(self, img, exits: int | None = None, trace: bool = False):
-        """Run the first `exits` recursion steps (default: all); one logits tensor per step."""
+    def forward(self, img, exits: int | None = None, trace: bool = False, y_given=None):
+        """Run the first `exits` recursion steps (default: all); one logits tensor per step. y_given (B,) class
+        indices: feed these classes' embeddings as y from step 2 on instead of the model's own predictions (the
+        feedback probe of evaluation/predict.py: does y matter?)."""
         B = img.shape[0]
         x = self.encoder(img) + self.role[0]  # computed once per image
         y = self.y0.expand(B, -1) + self.role[1]
@@ -322,7 +332,7 @@ class RecursiveClassifier(nn.Module):
             h = self.norm(h)
             logits = self.head(h[:, 1])
             logits_all.append(logits)
-            y = self.embed_prediction(logits) + self.role[1]
+            y = (self.embed_prediction(logits) if y_given is None else self.class_embed[y_given]) + self.role[1]
             Z.append(h[:, -1])
             if trace:
                 traces.append(step_trace)

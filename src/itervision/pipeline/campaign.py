@@ -111,7 +111,7 @@ def run_command(cmd: str, cwd: str, env: dict | None = None, log: str | None = N
                 stall_seconds: float = 0, startup_seconds: float = 1800) -> dict:
     """Run a stage's command in a subprocess that is killed when this worker dies; its output goes to the file
     `log` as it runs (a temp file without one). With `stall_seconds`, a watchdog kills the command (its whole
-    process group: a torchrun group included) when its heartbeat file `beat` (engine/heartbeat.py) has not
+    process group: a torchrun group included) when its heartbeat file `beat` (heartbeat.py) has not
     changed for that long, or has not appeared `startup_seconds` + stall_seconds after the start (imports,
     compiling, NCCL set-up). Returns rc, seconds, the error (or last) line, a 'resuming' line, host, when it ran,
     stalled (bool) and the log's last lines."""

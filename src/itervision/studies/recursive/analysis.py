@@ -105,6 +105,9 @@ def traces(p: Params, runs: dict) -> dict:
         if per_seed[0]["expert_utilisation"] else [],
         "role_mass": {role: [mean_ci([t["role_mass"][i][role] for t in per_seed]) for i in range(steps)]
                       for role in ("x", "y", "z")},
+        # the feedback probe (evaluation/predict.py): last-step top-1 with own / true / wrong y fed back
+        "feedback": {k: mean_ci([t["feedback"][k] for t in per_seed]) for k in ("own", "true_y", "wrong_y")}
+        if all("feedback" in t for t in per_seed) else {},
     }
 
 
@@ -124,13 +127,18 @@ def exit_metrics(p: Params, runs: dict, profiles: dict) -> dict:
 
 
 def extra_comparisons(p: Params, runs: dict) -> dict:
-    """Paired comparisons the claims ledger tests beyond the tables: DSA-MoE against SA-MoE (main seeds)."""
+    """Paired comparisons the claims ledger tests beyond the tables (main seeds): DSA-MoE against SA-MoE, and the
+    reference against its one-pass control (what recursion adds over one step)."""
     s = p.study("recursive")
     out, ds0 = {}, s.datasets[0]
     if "sa-moe" in s.main and s.reference != "sa-moe":
         out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
                                                                           "sa-moe", common_seeds(p, ds0, s.reference, "sa-moe")),
                                       "test_id": test_id(ds0, s.reference, "sa-moe")}
+    if s.one_pass:
+        out["reference_vs_one_pass"] = {"model": s.reference, "against": s.one_pass, **_compare(
+            runs, ds0, s.reference, s.one_pass, common_seeds(p, ds0, s.reference, s.one_pass)),
+            "test_id": test_id(ds0, s.reference, s.one_pass)}
     return out
 
 

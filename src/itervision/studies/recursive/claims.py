@@ -67,6 +67,15 @@ def checks(agg: dict) -> dict:
             f"DSA sparse in {sparse} of {len(sparsity)} steps (mean masked fraction {sum(sparsity) / len(sparsity):.2f}"
             "; the check asks for most steps)")}
     steps = (agg.get("per_step") or {}).get(agg["reference"], {}).get("top1", [])
+    if sparsity and len(steps) == len(sparsity):
+        out["dsa_decides"] = _sparse_steps_decide(sparsity, steps, agg["reference"])
+    feedback = tr.get("feedback") or {}
+    if feedback:
+        cost = 100 * (feedback["own"]["mean"] - feedback["wrong_y"]["mean"])
+        out["feedback_live"] = {"ok": cost >= RECURSION_MIN_GAIN, "figure": (
+            f"a wrong class fed back as y from step 2 on costs {cost:+.2f} points of last-step top-1 "
+            f"({100 * feedback['own']['mean']:.2f} -> {100 * feedback['wrong_y']['mean']:.2f} %; the true class: "
+            f"{100 * feedback['true_y']['mean']:.2f} %; the check asks for >= {RECURSION_MIN_GAIN} points)")}
     if len(steps) > 1:
         gain = 100 * (steps[-1]["mean"] - steps[0]["mean"])
         out["recursion"] = {"ok": gain >= RECURSION_MIN_GAIN, "figure": (
@@ -86,6 +95,27 @@ def checks(agg: dict) -> dict:
         out["claimed_depths"] = {"ok": ok, "figure": f"the depth ablation compares {' / '.join(map(str, depths))} "
                                                      "steps (the claim: 4 -> 8-16)"}
     return out
+
+
+def _sparse_steps_decide(sparsity: list, steps: list, model: str) -> dict:
+    """Sparse attention acts where the answer is decided: the steps at which DSA masks anything must add at least
+    RECURSION_MIN_GAIN points to the top-1 of the last dense step (none when it is sparse from step 1). A model
+    whose answer is fixed while attention is still dense says nothing about sparse attention, however sparse its
+    later steps are."""
+    first = next((i for i, s in enumerate(sparsity) if s["mean"] > 0), None)
+    if first is None:
+        return {"ok": False, "figure": f"{model}: DSA masks nothing at any of the {len(steps)} steps"}
+    if first == 0:
+        return {"ok": True, "figure": f"{model}: DSA sparse from step 1 (masked fraction {sparsity[0]['mean']:.2f})"}
+    gain = 100 * (steps[-1]["mean"] - steps[first - 1]["mean"])
+    return {"ok": gain >= RECURSION_MIN_GAIN, "figure": (
+        f"{model}: DSA dense at steps 1-{first}; the sparse steps {first + 1}-{len(steps)} add {gain:+.2f} points "
+        f"to step {first}'s top-1 ({100 * steps[first - 1]['mean']:.2f} -> {100 * steps[-1]['mean']:.2f} %; the "
+        f"check asks for >= +{RECURSION_MIN_GAIN}): the answer is decided while attention is dense"
+        * (gain < RECURSION_MIN_GAIN) or "")}
+
+
+DSA = ("dsa_sparse", "dsa_decides")   # every row about DSA: sparse in most steps, and where the answer is decided
 
 
 def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
@@ -113,13 +143,22 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
             f"{'smallest' if bound == 'min' else 'largest'} published margin over the four datasets)",
             [key], ref[key], margin, test_id="dsa-moe - sa-mlp",
             test=f"paired t, {reference} - {base} top-1 on {ds0}, {margin_seeds}",
-            needs=("dsa_sparse", "moe_routing"), where=TABLES + "table1_accuracy.md", **at("all")))
+            needs=DSA + ("moe_routing",), where=TABLES + "table1_accuracy.md", **at("all")))
     vs_samoe = agg["extra_comparisons"].get("reference_vs_sa-moe")
     if vs_samoe:
         out.append(differenced("000-vs-sa-moe", DOC, "DSA-MoE is more accurate than SA-MoE (the best of the "
                                "three variants; no margin published)", [], None, vs_samoe, test_id="dsa-moe - sa-moe",
                                test=f"paired t, {reference} - sa-moe top-1 on {ds0}", direction=1,
-                               needs=("dsa_sparse",), where=TABLES + "table1_accuracy.md", **at("all")))
+                               needs=DSA, where=TABLES + "table1_accuracy.md", **at("all")))
+    one_pass = agg["extra_comparisons"].get("reference_vs_one_pass")
+    if one_pass:
+        out.append(differenced(
+            "000-over-one-pass", DOC, "recursion adds accuracy over a single pass of the same model (the design's "
+            "premise; our control at the depth ablation's shortest point, no figure published)", [], None, one_pass,
+            test_id="recursion over one pass",
+            test=f"paired t, {reference} ({len(agg['per_step'][reference]['top1'])} steps) - {one_pass['against']} "
+                 f"(1 step) top-1 on {ds0}, {seeds_text(one_pass.get('paired', {}).get('seeds', agg['seeds']))}",
+            direction=1, where=TABLES + "table4_depth_ablation.md", **at("all")))
     out += _accounting(paper, ref)
     out.append(_training_time(agg, ref, at("all")))
     out.append(_k_cost(agg, ref, at("cifar10")))
@@ -131,13 +170,23 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
             ("embedding_ablation", "000-hard-embedding", "the hard prediction embedding is the better operating "
              "point (no size published)", "embedding", "{a} (hard) - {m} (soft)", ("recursion",),
              "table5_embedding_ablation.md")):
-        row = next((r for r in agg[ablation] if r.get("difference")), None)
+        row = _claimed_row(agg, ablation)
         if row:
             d = row["difference"]
             test = "paired t, " + label.format(a=d["against"], m=d["model"], steps=row.get("steps"))
             out.append(differenced(cid, DOC, statement, [], None, _negated(d), test_id=test_id, test=test, direction=1,
                                    needs=needs, where=TABLES + table, **at("all")))
     return out
+
+
+def _claimed_row(agg: dict, ablation: str) -> dict | None:
+    """The ablation row a claim is about: for depth, the claim's shallow end (4 steps) where the ablation has it,
+    never the one-pass control (its own entry); otherwise the first row compared with the reference."""
+    rows = [r for r in agg[ablation] if r.get("difference")
+            and r["model"] != (agg["extra_comparisons"].get("reference_vs_one_pass") or {}).get("against")]
+    if ablation == "depth_ablation":
+        return next((r for r in rows if r.get("steps") == 4), rows[0] if rows else None)
+    return rows[0] if rows else None
 
 
 def _k_cost(agg: dict, ref: dict, setting: dict) -> Claim:
@@ -156,7 +205,7 @@ def _k_cost(agg: dict, ref: dict, setting: dict) -> Claim:
                 f"{agg['ablation_dataset']}, {seeds_text(drop.get('paired', {}).get('seeds', agg['ablation_seeds']))}")
     return differenced("000-k2-cost", DOC, f"k = 2 costs {ref[key]:g} points of top-1 against k = 6 (75 % against 36 "
                        "% sparsity)", [key], -ref[key], drop, test_id="k smallest - reference", test=test, direction=-1,
-                       needs=("dsa_sparse",), where=TABLES + "table3_k_ablation.md", **setting)
+                       needs=DSA, where=TABLES + "table3_k_ablation.md", **setting)
 
 
 def _accounting(paper: dict, ref: dict) -> list[Claim]:

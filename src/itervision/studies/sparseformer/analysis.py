@@ -61,6 +61,9 @@ def model_rows(sw: Sweeps, models: list, seeds: dict) -> dict:
             "tokens": list(sw.run(m, seeds[m][0])["config"]["config"]["rounds"]), "seeds": seeds[m],
             "gflops": prof["costs"]["gflops_per_exit"], "gflops_complete": prof["costs"]["gflops_complete_per_exit"],
             "params": prof["costs"]["stored_params"], "top1": per_exit(sw.runs, sw.dataset, m, seeds[m]),
+            # the calibration split's top-1 per exit: the ledger's trained-round check reads it, never the test
+            # split its rows estimate from (studies/sparseformer/claims.py: checks)
+            "top1_calib": per_exit(sw.runs, sw.dataset, m, seeds[m], split="calib"),
             "latency_ms": [t["latency_ms"] for t in prof["timing"]],
             "images_per_s": [t["images_per_s"] for t in prof["timing"]], "timing_batch": prof["timing"][0]["batch"],
             "device": prof.get("device", ""), "ece": calibration_per_exit(sw, m, seeds[m]),
