@@ -1,11 +1,13 @@
 """DVC stage: the claims ledger of both documents, metrics/claims.md and metrics/claims.csv (headline counts in
 metrics/claims.json; entries and each document's Holm family in metrics/ledger.json, which the report stages
-print from), from every study's aggregate.json, the paper configurations' costs and the reference CSVs
-(itervision/reporting/ledger.py and docs/ledger.md state the tests, the multiple-comparison rule and the verdicts)."""
+print from; the forest plot of every tested row in plots/forest.png), from every study's aggregate.json, the paper
+configurations' costs and the reference CSVs (itervision/claims/ and docs/ledger.md state the tests, the
+multiple-comparison rule and the verdicts)."""
 from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import read_json_file
 from itervision.layout import LEDGER, reference_csv, study_metrics
-from itervision.reporting.ledger import assess, write
+from itervision.claims.judge import assess
+from itervision.claims.render import write
 from itervision.reporting.tables import load_reference
 from itervision.studies import STUDIES
 
@@ -24,7 +26,7 @@ def main(argv=None):
         claims += part.claims(agg, paper, load_reference(reference_csv(name)))
         aggregates[name], checks[name] = agg, part.checks(agg)
     entries, family = assess(claims, aggregates, checks)
-    write(entries, family, LEDGER["md"], LEDGER["csv"], LEDGER["counts"], LEDGER["ledger"])
+    write(entries, family, LEDGER["md"], LEDGER["csv"], LEDGER["counts"], LEDGER["ledger"], LEDGER["forest"])
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@
 The run and profile stages depend on these files instead of on params groups, so a change retrains exactly
 the models whose resolved configuration changed (e.g. `models.dsa-moe.topk` retrains dsa-moe alone, and a
 top-k change of the architecture leaves dense models alone). This stage depends on the whole of params.yaml,
-so every params rule is checked here, before any run stage trains, whatever DVC runs first.
+so every params rule is checked here, before any run stage trains, whatever DVC runs first. Its output persists
+(dvc.yaml `persist: true`): a refused params.yaml leaves the previous configurations in place, and the stage swaps
+the whole folder at once when it succeeds.
 """
 import argparse
+import os
 from pathlib import Path
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
@@ -27,7 +30,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if Path(args.out).is_file():
         raise UserError(f"--out {args.out} is a file; give a folder")
-    configs = resolved_configs(load_params(args.params))
+    try:
+        configs = resolved_configs(load_params(args.params))
+    except UserError as err:
+        if os.environ.get("DVC_EXP_BASELINE_REV"):  # `dvc exp run -S` wrote the value before this stage ran
+            raise UserError(f"{err}; dvc exp run -S wrote it into {args.params}: `git checkout {args.params}` "
+                            "restores the committed params (`dvc exp run --temp -S ...` tries values without "
+                            "touching the workspace)") from None
+        raise
     tmp = fresh_temp_dir(args.out)
     for (dataset, model), files in configs.items():
         for name, content in files.items():

@@ -5,7 +5,7 @@ claims ledger's Holm-adjusted one for that test (metrics/ledger.json), so one te
 from itervision.errors import ArgumentParser, cli_entry
 from itervision.io import read_json_file
 from itervision.layout import LEDGER, study_metrics
-from itervision.reporting.ledger import apply_family
+from itervision.claims.judge import apply_family
 from itervision.reporting.tables import environment_table
 from itervision.studies import STUDIES
 

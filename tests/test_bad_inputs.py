@@ -59,7 +59,7 @@ PARAMS_CASES = [
     ("seeds", [0, 0], "'seeds' repeats seed 0"),
     ("ablation_seeds", [1], "ablation_seeds [1] must be a prefix of seeds"),
     ("train.randaugment", "rand-xyz", "'train.randaugment' = 'rand-xyz' is out of range"),
-    ("recursive.main", ["sa-mlp", "dsa-moe", "nope"], "unknown model 'nope'"),
+    ("recursive.main", ["sa-mlp", "dsa-moe", "dsa-moe-steps1", "nope"], "unknown model 'nope'"),
     ("new model", "../../../../escaped", "model name '../../../../escaped' under `models` is not a valid name"),
     ("new model", "sa mlp", "model name 'sa mlp' under `models` is not a valid name"),
     ("seeds", [0, 2 ** 63], "'seeds' holds 9223372036854775808; seeds are integers in [0, 2147483647]"),
@@ -348,10 +348,17 @@ def test_gate_input_errors_are_exit_2_never_1(tmp_path):
 
 
 def test_repro_entry_checks_params_before_dvc_reads_them(tmp_path):
-    """`make repro` runs `python -m itervision.config.params` first: seeds: 5 is our one line, not DVC's parse error."""
+    """`make repro` (pipeline/repro.py) checks params before DVC reads them: seeds: 5 is our one line, not DVC's
+    parse error."""
+    import inspect
+
+    from itervision.pipeline import repro
+
     text = (ROOT / "Makefile").read_text()
     recipe = text.split("\nrepro:")[1].split("\n\n")[0]
-    assert recipe.index("itervision.config.params") < recipe.index("dvc repro")
+    assert "itervision.pipeline.repro" in recipe
+    source = inspect.getsource(repro.main)
+    assert source.index("load_params(") < source.index("_status()") < source.index("reproduce(")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["seeds"] = 5
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

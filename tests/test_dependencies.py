@@ -120,9 +120,10 @@ def test_run_stages_do_not_depend_on_the_params_checks():
 # of a lower layer, never one above (a back arrow). The one back arrow by design: config.params reads the studies
 # registry to check each study's params group.
 LAYERS = [
-    {"errors"}, {"names", "schema"}, {"io"}, {"layout"}, {"runs"},   # the shared core every run stage imports
+    {"errors"}, {"names", "schema"}, {"io"}, {"heartbeat"}, {"layout"}, {"runs"},   # the shared core of every run
     {"stats", "models", "data"},
     {"config", "reporting"},
+    {"claims"},     # the ledger: claim model, verdicts, files (it draws with reporting's figure helpers)
     {"evaluation"},
     {"engine"},
     {"studies"},

@@ -80,7 +80,8 @@ def test_the_shipped_scales_are_valid():
     ("seeds", 5, "'seeds' must be a non-empty list of integers, got 5"),
     ("seeds", [0, 0, 1, 2, 3], "'seeds' repeats seed 0"),
     ("ablation_seeds", [1, 2], "must be a prefix of seeds"),
-    ("recursive.main", ["sa-mlp", "dsa-moe", "nope"], "unknown model 'nope'"),
+    ("recursive.main", ["sa-mlp", "dsa-moe", "dsa-moe-steps1", "nope"], "unknown model 'nope'"),
+    ("recursive.main", ["sa-mlp", "dsa-moe"], "recursive.one_pass 'dsa-moe-steps1' must be one of recursive.main"),
     ("recursive.baseline", "dsa-moe-k2", "recursive.baseline 'dsa-moe-k2' must be one of recursive.main"),
     ("recursive.k_ablation", ["dsa-moe-k2", "dsa-moe-soft"], "must include the reference model 'dsa-moe'"),
     ("sparseformer.target_model", "sf-recurrent", "target_model 'sf-recurrent' is not in sparseformer.static"),
@@ -101,6 +102,7 @@ def test_each_bad_value_is_one_line_naming_the_key(path, value, expected):
     assert expected in error_of(with_change(path, value))
 
 
+@pytest.mark.serial  # it measures wall-clock: alone on the machine (make test runs it after the parallel lane)
 def test_a_typo_fails_in_under_a_second(tmp_path):
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(with_change("evaluate.batchsize", 3)))
@@ -125,7 +127,7 @@ def test_keys_that_cannot_matter_to_a_model_never_reach_its_config():
     before, after = resolved_configs(p), resolved_configs(changed)
     differs = sorted(m for (ds, m) in before if before[(ds, m)]["model.json"] != after[(ds, m)]["model.json"])
     # dense models and the models with their own k are untouched; the encoder-only baseline reads no attention key
-    assert differs == ["dsa-moe", "dsa-moe-soft", "dsa-moe-steps4"]
+    assert differs == ["dsa-moe", "dsa-moe-soft", "dsa-moe-steps1", "dsa-moe-steps4"]
 
 
 def test_study_train_keys_and_by_dataset_layer_on_the_train_group():

@@ -1,5 +1,6 @@
 """Recursive DSA-MoE classifier: shapes, attention kernels, experts, gradients, traces, accounting."""
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -302,3 +303,34 @@ def test_a_config_resolved_by_older_code_fails_with_a_one_line_fix():
         config_from_dict({**cfg, "family": "vit"}, 5, 1)
     with pytest.raises(UserError, match=r"topk' = 0 is out of range.*rerun `dvc repro configure`"):
         config_from_dict({**cfg, "topk": 0}, 5, 1)
+
+
+def test_the_prediction_fed_back_matters_and_is_not_weight_decayed():
+    """Issue 47: the class embeddings are unit-scale and exempt from weight decay, so y stays live beside the role
+    embedding it is added to. With the role embeddings at a trained scale (std 1; they start at 0), feeding a
+    wrong class instead of the true one changes the next step's logits by a large share of their size; at the
+    old std 0.02 the y token is the role embedding alone and the class barely matters."""
+    from itervision.engine.recipe import build_optimizer
+
+    m = tiny().eval()
+    img, y = torch.randn(16, 1, 16, 16), torch.arange(16) % 5
+    with torch.no_grad():
+        m.role.normal_()
+
+    def change() -> float:
+        with torch.no_grad():
+            right = m(img, exits=2, y_given=y)["logits"][1]
+            wrong = m(img, exits=2, y_given=(y + 1) % 5)["logits"][1]
+        return float((right - wrong).norm() / right.norm())
+
+    with torch.no_grad():
+        assert torch.equal(m(img, exits=2)["logits"][0], m(img, exits=1)["logits"][0])  # step 1 reads no y
+    live = change()
+    with torch.no_grad():
+        m.class_embed.mul_(0.02)
+    dead = change()
+    assert live > 0.2 and dead < live / 10, (live, dead)
+    assert abs(float(m.class_embed.detach().std()) / 0.02 - 1.0) < 0.3  # unit-scale before the multiply
+    opt = build_optimizer(m, SimpleNamespace(weight_decay=0.05, peak_lr=lambda: 1e-3))
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert id(m.class_embed) not in decayed and id(m.head.weight) in decayed

@@ -139,7 +139,7 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
 
     row = next(e for e in json.loads((repo / "metrics/ledger.json").read_text())["documents"]["recursive"]["entries"]
                if e["test_id"] == claim)
-    assert "Lan-DeMets O'Brien-Fleming" in row["test"] and "looks at n = 2, 3" in row["test"]
+    assert "Lan-DeMets O'Brien-Fleming" in row["test"] and "pilot n = 2 (plans only), looks at n = 3" in row["test"]
     assert row["per_seed"].count(" ") == 2  # three seeds now
     assert "before:" in first.stdout and "after:" in first.stdout
 
@@ -151,7 +151,7 @@ def test_settle_trains_only_the_claims_new_seeds_and_continues_its_sequence(buil
     assert design["looks"] == [2, 3, 4]  # the sequence continued, its first looks counted
     row = next(e for e in json.loads((repo / "metrics/ledger.json").read_text())["documents"]["recursive"]["entries"]
                if e["test_id"] == claim)
-    assert "looks at n = 2, 3, 4" in row["test"]
+    assert "pilot n = 2 (plans only), looks at n = 3, 4" in row["test"]
     assert set(re.findall(r"Running stage '(?:[^':]*:)?(run_[^']+)'", second.stdout)) == {
         "run_settle@recursive-fashion_mnist-dsa-moe-seed3", "run_settle@recursive-fashion_mnist-sa-mlp-seed3"}
 

@@ -44,7 +44,11 @@ def study_metrics(study: str) -> dict[str, Path]:
 
 
 LEDGER = {"md": METRICS_ROOT / "claims.md", "csv": METRICS_ROOT / "claims.csv", "counts": METRICS_ROOT / "claims.json",
-          "ledger": METRICS_ROOT / "ledger.json", "paper_costs": METRICS_ROOT / "paper_costs.json"}
+          "ledger": METRICS_ROOT / "ledger.json", "paper_costs": METRICS_ROOT / "paper_costs.json",
+          "forest": PLOTS_ROOT / "forest.png"}
+
+
+FITTED_CSV = REFERENCE_ROOT / "fitted.csv"   # configuration choices made to match a published figure
 
 
 def reference_csv(study: str) -> Path:

@@ -25,10 +25,10 @@ def is_ablation(p: Params, model: str) -> bool:
 
 
 def seeds_for(p: Params, model: str, dataset: str | None = None) -> list[int]:
-    """The model's seeds: `seeds` (main) or `ablation_seeds`, then on `dataset` the extra seeds that make settle
-    gave it (params settle.runs; none in the default run)."""
-    base = p.ablation_seeds if is_ablation(p, model) else p.seeds
-    return base + p.settle_runs.get((dataset, model), []) if dataset is not None else list(base)
+    """The model's seeds (Params.base_seeds: `seeds` for a main model, `ablation_seeds` for an ablation), then on
+    `dataset` the extra seeds that make settle gave it (params settle.runs; none in the default run)."""
+    base = p.base_seeds(study_of(p, model), model)
+    return base + p.settle_runs.get((dataset, model), []) if dataset is not None else base
 
 
 def common_seeds(p: Params, dataset: str, *models: str) -> list[int]:
@@ -38,14 +38,12 @@ def common_seeds(p: Params, dataset: str, *models: str) -> list[int]:
 
 
 def model_datasets(p: Params, model: str) -> list[str]:
-    s = p.study(study_of(p, model))
-    return s.ablation_datasets if model in s.ablations else s.datasets
+    return p.model_datasets(study_of(p, model), model)
 
 
 def study_models(p: Params, study: str) -> list[tuple[str, str]]:
-    """Every (dataset, model) of a study."""
-    s = p.study(study)
-    return [(ds, m) for m in s.main for ds in s.datasets] + [(ds, m) for m in s.ablations for ds in s.ablation_datasets]
+    """Every (dataset, model) of a study (Params.study_models)."""
+    return p.study_models(study)
 
 
 def expected_runs(p: Params, study: str) -> list[RunRecord]:

@@ -145,6 +145,21 @@ class Params:
     def study(self, name: str):
         return self.studies[name]
 
+    def base_seeds(self, study: str, model: str) -> list[int]:
+        """The one seeds rule: a main model runs with `seeds`, an ablation with `ablation_seeds` (a prefix of
+        `seeds`, so comparisons stay paired); make settle's extra seeds come on top (config/matrix.py)."""
+        return list(self.seeds if model in self.study(study).main else self.ablation_seeds)
+
+    def model_datasets(self, study: str, model: str) -> list[str]:
+        """The datasets a model of `study` runs on: `datasets` (main) or `ablation_datasets`."""
+        s = self.study(study)
+        return list(s.datasets if model in s.main else s.ablation_datasets)
+
+    def study_models(self, study: str) -> list[tuple[str, str]]:
+        """Every (dataset, model) of a study, main models first."""
+        s = self.study(study)
+        return [(ds, m) for m in s.main + s.ablations for ds in self.model_datasets(study, m)]
+
     @property
     def datasets(self) -> list[str]:
         """The prepared datasets (data.sources, in order): one make_subset stage each."""
@@ -242,9 +257,7 @@ def check_params(raw: dict) -> Params:
 def _check_placement(p: Params) -> None:
     """run.placement names (dataset, model) pairs of the pipeline, each on a number of processes that divides its
     global batch (per-process batch = global batch / processes, the recipe's rule)."""
-    from itervision.config.matrix import study_models
-
-    pairs = {f"{ds}/{m}": (ds, s) for s in p.studies for ds, m in study_models(p, s)}
+    pairs = {f"{ds}/{m}": (ds, s) for s in p.studies for ds, m in p.study_models(s)}
     for k in p.run.placement:
         if k not in pairs:
             raise UserError(f"run.placement names {k}, which is no (dataset/model) of this pipeline (e.g. "
@@ -280,12 +293,12 @@ def _settle(p: Params, raw) -> tuple[dict, dict]:
         if study not in p.studies:
             raise UserError(f"params settle.runs.{key} names study '{study}'; studies: {', '.join(p.studies)}")
         s = p.study(study)
-        if m not in s.main + s.ablations or ds not in (s.datasets if m in s.main else s.ablation_datasets):
+        if m not in s.main + s.ablations or ds not in p.model_datasets(study, m):
             raise UserError(f"params settle.runs.{key}: model '{m}' does not run on '{ds}' in {study}")
         if r["code"] != family_code(p, m, ds):
             raise UserError(f"params settle.runs.{key}: code must be {family_code(p, m, ds)} (the module of {m}'s "
                             f"family: the run stage's dependency); {fix}")
-        base = p.seeds if m in s.main else p.ablation_seeds
+        base = p.base_seeds(study, m)
         _seed_list([seed], f"settle.runs.{key}.seed")
         if seed in base or seed in runs.get((ds, m), []):
             raise UserError(f"params settle.runs.{key}: seed {seed} of {m} on {ds} already runs; {fix}")
@@ -315,9 +328,13 @@ MAX_STEPS_PER_EPOCH = 1_000_000
 MAX_GLOBAL_BATCH = 65_536  # 64 x the paper's 1,024
 
 
-def _check_budget(train: TrainConfig, where: str) -> None:
-    """Bounds on what a typo in `-S` could make cost (epochs 10^8 trained for minutes before anyone noticed), and a
-    warning for more threads than this machine has cores (every CPU run then runs several times slower)."""
+CPU_SCALES = ("cpu", "tiny", "paper-smoke")   # scales whose runs train on this machine's CPU
+
+
+def _check_budget(train: TrainConfig, where: str, cpu_runs: bool = True) -> None:
+    """Bounds on what a typo in `-S` could make cost (epochs 10^8 trained for minutes before anyone noticed), and,
+    for a scale whose runs train on this CPU (cpu_runs), a warning for more threads than this machine has cores
+    (every CPU run then runs several times slower; a GPU scale's threads are another machine's)."""
     import os
     import sys
 
@@ -329,7 +346,7 @@ def _check_budget(train: TrainConfig, where: str) -> None:
             raise UserError(f"train.{key} {value} ({where}) exceeds {bound:,} ({why}); a typo? set a value up to "
                             f"{bound:,}")
     cores = os.cpu_count() or 1
-    if train.threads > cores:
+    if cpu_runs and train.threads > cores:
         print(f"warning: train.threads {train.threads} ({where}) exceeds this machine's {cores} cores: CPU runs "
               f"oversubscribe them (about 10x slower measured with 512 on 2 cores); fine only for another machine",
               file=sys.stderr)
@@ -385,13 +402,13 @@ def _check_models(p: Params) -> None:
             if m in seen and seen[m] != study:
                 raise UserError(f"model '{m}' is listed by both {seen[m]} and {study}; give each study its own models")
             seen[m] = study
-            datasets = s.datasets if m in s.main else s.ablation_datasets
+            datasets = p.model_datasets(study, m)
             for ds in datasets:
                 model_config(p, m, ds)
                 if (study, ds) not in budgets:
                     budgets.add((study, ds))
-                    _check_budget(train_config(p, ds, study), f"{study} on {ds}")
-            runs += len(datasets) * len(p.seeds if m in s.main else p.ablation_seeds)
+                    _check_budget(train_config(p, ds, study), f"{study} on {ds}", cpu_runs=p.scale in CPU_SCALES)
+            runs += len(datasets) * len(p.base_seeds(study, m))
         try:
             s.check_models(lambda m, ds: model_config(p, m, ds))
         except ValueError as err:

@@ -130,3 +130,47 @@ def mcnemar(correct_a, correct_b) -> dict:
     c = int((~a & b_).sum())
     p = 1.0 if b + c == 0 else float(stats.binomtest(min(b, c), b + c, 0.5).pvalue)
     return {"b": b, "c": c, "p": p}
+
+
+def tagged(tree):
+    """Every comparison dict of an aggregate that carries a test_id (depth first, in order): the tests a
+    document's report prints, which the claims ledger adjusts as one family."""
+    if isinstance(tree, dict):
+        if "test_id" in tree:
+            yield tree
+        for v in tree.values():
+            yield from tagged(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from tagged(v)
+
+
+def _spread(values):
+    """The finite values as an array, or None when no t-test is defined (fewer than 2, or no spread)."""
+    v = _finite([x for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)])
+    return v if len(v) >= 2 and float(v.std(ddof=1)) > 0.0 else None
+
+
+def size_test(values, low: float, high: float) -> dict:
+    """The claims ledger's size test (claims/judge.py): values (in the claimed direction's units) against the
+    published range [low, high]: the one-sided t-test below `low` and the one above `high`, each at alpha / 2, so
+    p = 2 min(p_below, p_above) (for low == high the two-sided test against the published value). Returns p and
+    which side it points to."""
+    v = _spread(values)
+    if v is None:
+        return {"p": float("nan"), "side": None}
+    below = float(stats.ttest_1samp(v, low, alternative="less").pvalue)
+    above = float(stats.ttest_1samp(v, high, alternative="greater").pvalue)
+    return {"p": min(1.0, 2 * min(below, above)), "side": "smaller" if below <= above else "larger"}
+
+
+def tost(values, bound: float) -> float:
+    """TOST equivalence p of the mean within (-bound, +bound): the larger of the two one-sided t-test p-values
+    (scipy's ttest_1samp with `alternative`; statsmodels' ttost_paired gives the same, one dependency more)."""
+    v = _spread(values)
+    if v is None or bound <= 0:
+        return float("nan")
+    return max(float(stats.ttest_1samp(v, -bound, alternative="greater").pvalue),
+               float(stats.ttest_1samp(v, bound, alternative="less").pvalue))
+
+

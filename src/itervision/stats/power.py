@@ -31,9 +31,14 @@ def seeds_needed(delta: float, sd: float, power: float = 0.8, alpha: float = 0.0
     if sd is None or delta is None or not (math.isfinite(sd) and math.isfinite(delta)) or sd <= 0 or delta == 0:
         return None
     d = abs(delta) / sd
-    n = 2
+    # power rises with n: start from the normal approximation (within a few seeds of the answer) and walk
+    n = max(2, math.ceil(((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / d) ** 2))
+    if n > 4 * MAX_SEEDS:
+        return None
     while paired_t_power(d, n, alpha) < power:
-        n = n * 2 if n < 64 and paired_t_power(d, n * 2, alpha) < power else n + 1
+        n += 1
         if n > MAX_SEEDS:
             return None
-    return n
+    while n > 2 and paired_t_power(d, n - 1, alpha) >= power:
+        n -= 1
+    return n if n <= MAX_SEEDS else None

@@ -17,9 +17,20 @@ so the final look keeps close to the fixed-n test's power and boundary, and a cl
 the noisiest look. Why alpha spending rather than fixed looks: a settle's next look is whatever the budget buys,
 so the looks are not known in advance; spending only needs max_n, fixed when the sequence starts.
 
-max_n comes from a conservative SD: Browne's (1995) rule, the one-sided 80 % upper confidence limit of the pilot
-SD, so that the planned power is reached with probability at least 0.8 over the pilot's own noise. No library
-this project already uses computes spending boundaries (statsmodels has none; R's gsDesign and rpact are not
+The pilot plans, the new seeds test. max_n comes from the pilot's SD, so a test over the pilot's values too
+would gain its error rate exactly when the pilot SD came out small (a small max n spends more alpha early, and
+the small SD inflates |t|): through design() and evaluate() that gave 0.0665 +- 0.0012 false positives at alpha
+0.05 for a pilot of 5. So the sequence tests only the seeds added after the pilot (independent of everything
+the design was chosen from), and its error rate is the procedure's own at any pilot (tests/test_sequential.py:
+pilots of 3-5 seeds, planned effects of 0.5-2 SD). The pilot's seeds were the ledger's fixed-n test; they stay in
+the tables, not in the sequence.
+
+max_n (of new seeds) is the noncentral-t sample size of the fixed test at the planning SD: Browne's (1995) rule,
+the pilot SD's one-sided 80 % upper confidence limit, so that the planned power is reached with probability at
+least 0.8 over the pilot's own noise (O'Brien-Fleming's interim looks cost well under a seed of it). alpha is
+the level the verdict needs: make settle passes alpha / m, Holm's first step over the document's m tests (the
+level a test must reach when it is the family's smallest p; conservative for any other rank). No library this
+project already uses computes spending boundaries (statsmodels has none; R's gsDesign and rpact are not
 Python), hence this module.
 """
 from __future__ import annotations
@@ -120,29 +131,15 @@ def sd_limit(sd: float, n: int, level: float = 0.8) -> float:
 
 def max_seeds(n0: int, effect: float, sd: float, target: float = 0.8, alpha: float = 0.05,
               limit: int = 10_000) -> int | None:
-    """The smallest max_n > n0 whose design (the pilot look at n0, the final look at max_n) reaches `target` power
-    at effect / sd: the normal-approximation n of the design, plus Guenther's (1981) z^2 / 2 for estimating the SD
-    (the one-sample t-test's small-sample correction, within one seed of the noncentral-t n). None when that n
-    exceeds `limit`: the caller refuses in one line instead of starting an underpowered design."""
+    """max_n of a sequence after a pilot of n0 seeds: n0 plus the new seeds a fixed two-sided t-test at `alpha`
+    needs for `target` power at effect / sd (noncentral t, stats/power.py). None when the new seeds exceed
+    `limit`: the caller refuses in one line instead of starting an underpowered design."""
+    from itervision.stats.power import seeds_needed
+
     if not (sd > 0 and effect != 0 and math.isfinite(sd) and math.isfinite(effect)):
         return None
-    z = stats.norm.ppf(1 - alpha / 2)
-    lo = max(n0 + 1, math.ceil((z + stats.norm.ppf(target)) ** 2 * (sd / effect) ** 2))
-    if lo > limit:  # already the normal-approximation n is past the limit: no design within it
-        return None
-    hi = lo
-    while power([n0, hi], hi, abs(effect), sd, alpha) < target:
-        lo, hi = hi, math.ceil(hi * 1.25) + 1
-        if hi > limit:
-            return None
-    while lo < hi:  # the smallest n in (lo, hi] with enough power (power rises with n)
-        mid = (lo + hi) // 2
-        if power([n0, mid], mid, abs(effect), sd, alpha) >= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    n = hi + math.ceil(z ** 2 / 2)
-    return n if n <= limit else None  # never the limit itself in place of a design that needs more
+    fresh = seeds_needed(effect, sd, target, alpha)
+    return None if fresh is None or fresh > limit else n0 + fresh
 
 
 @dataclass
@@ -156,22 +153,40 @@ class Look:
 
 def design(pilot, effect: float, target: float = 0.8, level: float = 0.8, alpha: float = 0.05) -> dict:
     """A new sequence's design from its pilot values: the SD, its `level` upper confidence limit, max_n from each
-    (the larger one is used), and the pilot's n as the first look."""
+    (the larger one is used), the pilot's n (its seeds plan the sequence and are not part of it) and the looks
+    taken so far (the pilot's n: none of the sequence's own yet)."""
     v = np.asarray(pilot, dtype=np.float64)
     sd = float(v.std(ddof=1))
     sd_c = sd_limit(sd, len(v), level)
     return {"procedure": PROCEDURE, "alpha": alpha, "power": target, "effect": abs(effect), "sd_pilot": sd,
-            "sd_planning": sd_c, "max_n_point": max_seeds(len(v), effect, sd, target, alpha),
+            "sd_planning": sd_c, "pilot": len(v), "max_n_point": max_seeds(len(v), effect, sd, target, alpha),
             "max_n": max_seeds(len(v), effect, sd_c, target, alpha), "looks": [len(v)]}
 
 
-def evaluate(values, looks: list[int], max_n: int, alpha: float = 0.05, p_value: bool = True) -> dict:
+def sequence_power(looks: list[int], max_n: int, pilot: int, effect: float, sd: float, alpha: float = 0.05) -> float:
+    """power() of a design whose pilot plans and does not test: the looks beyond the pilot, on the new seeds."""
+    fresh = [n - pilot for n in looks if n > pilot]
+    return power(fresh, max_n - pilot, effect, sd, alpha) if fresh else 0.0
+
+
+def evaluate(values, looks: list[int], max_n: int, alpha: float = 0.05, p_value: bool = True,
+             pilot: int = 0) -> dict:
     """The sequence over `values` (per-seed differences in the claimed direction, in seed order) at the looks
     taken (numbers of seeds, increasing): every look's statistic and boundary, where it stopped, the decision
     (holds: crossed with a positive mean; reversed: crossed with a negative one; open: not crossed, max_n not
-    reached; done: max_n reached without crossing) and the stagewise-ordering p-value of the look it stopped at."""
+    reached; done: max_n reached without crossing) and the stagewise-ordering p-value of the look it stopped at.
+    pilot: the first `pilot` values planned the design and are left out; looks and max_n count every seed, the
+    pilot's included (the returned looks too), the statistics only the seeds after it."""
+    if pilot:
+        out = evaluate(values[pilot:], [n - pilot for n in looks if n > pilot], max_n - pilot, alpha, p_value)
+        for x in out["looks"]:
+            x["n"] += pilot
+        return {**out, "max_n": max_n, "pilot": pilot, "stopped_at": out["stopped_at"] + pilot}
     v = np.asarray(values, dtype=np.float64)
     looks = [n for n in looks if n <= len(v)]
+    if not looks:
+        return {"procedure": PROCEDURE, "alpha": alpha, "max_n": max_n, "decision": "open", "p": float("nan"),
+                "looks": [], "stopped_at": 0, "spent": 0.0}
     fractions = [min(1.0, n / max_n) for n in looks]
     zb = boundaries(fractions, alpha)
     out, stop = [], None

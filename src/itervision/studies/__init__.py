@@ -7,7 +7,7 @@ from itervision.studies.sparseformer.schema import SparseFormerStudy
 
 STUDIES = {s.name: s for s in (
     Study("recursive", "Dynamic Sparse Attention and Mixture-of-Experts for Iterative Visual Classification "
-          "(seed document 000)", RecursiveStudy, ("recursive", "encoder")),
+          "(seed document 000)", RecursiveStudy, ("recursive", "encoder"), interleaved=True),
     Study("sparseformer", "Active sparse perception: the recurrent SparseFormer (seed document 003)",
           SparseFormerStudy, ("sparseformer",)),
 )}

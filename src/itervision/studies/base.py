@@ -3,7 +3,7 @@
 A study is one source document: a params group (its schema extends StudyParams), the model families its runs
 build, and a package `itervision.studies.NAME` with `analysis` (aggregate, summary_metrics, timing_metrics),
 `tables` (write_tables), `figures` (write_figures) and, optionally, `claims` (the document's claims for the
-ledger, itervision/reporting/ledger.py). The stages, the run matrix, the generated DVC files and
+ledger, itervision/claims/). The stages, the run matrix, the generated DVC files and
 the CLI choices all read the registry in studies/__init__.py; adding a study is a folder and one entry there.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Study:
     title: str                 # the source document
     schema: type               # a StudyParams subclass
     families: tuple[str, ...]  # model families its runs build (their modules are its runs' code)
+    interleaved: bool = False  # stage timing_NAME: its main models' training time measured as one (Table 2's ratios)
 
     def part(self, name: str):
         """itervision.studies.NAME.<name>: analysis, tables or figures (imported on demand: matplotlib and the

@@ -13,6 +13,34 @@ from itervision.stats import mean_ci
 NAN = float("nan")
 
 
+def interleaved_file(study: str):
+    """metrics/STUDY/timing_interleaved.json: stage timing_STUDY's interleaved training-time measurement."""
+    from pathlib import Path
+
+    return Path("metrics") / study / "timing_interleaved.json"
+
+
+def only_settled(p: Params, build):
+    """An aggregate whose settle seeds serve only the tests they were added for (docs/settle.md): build(q) over the
+    params without settle runs (every model on its base seeds), then, where make settle added seeds, each settled
+    test's own comparison from build(p) (the base seeds plus its settle seeds). No other row's seeds grow after a
+    look."""
+    import dataclasses
+
+    from itervision.stats.inference import tagged
+
+    base = build(dataclasses.replace(p, settle_runs={}))
+    if not p.settle_runs:
+        return base
+    settled = {n["test_id"]: n for n in tagged(build(p)) if n["test_id"] in p.settle_claims}
+    for node in list(tagged(base)):
+        if node["test_id"] in settled:
+            new = settled[node["test_id"]]
+            node.clear()
+            node.update(new)
+    return base
+
+
 def load_study(p: Params, study: str) -> tuple[dict, dict]:
     """({(dataset, model, seed): run}, {(dataset, model): profile}) for every run params say exists.
 

@@ -10,9 +10,10 @@ import numpy as np
 from itervision.config.matrix import common_seeds, seeds_for
 from itervision.config.params import Params, model_config
 from itervision.config.scales import SYNTHETIC_SCALES
-from itervision.studies.common import (budget, early_exit_summary, environments, learning_curve, load_study,
-                                       per_exit, run_overhead, series, shared_cost_range, tested_setting, top1,
-                                       training_speed)
+from itervision.io import read_json_file
+from itervision.studies.common import (budget, early_exit_summary, environments, interleaved_file, learning_curve,
+                                       load_study, only_settled, per_exit, run_overhead, series, shared_cost_range,
+                                       tested_setting, top1, training_speed)
 from itervision.stats import mcnemar, mean_ci, paired_difference
 
 ABLATIONS = (("k_ablation", "topk"), ("depth_ablation", "steps"), ("embedding_ablation", "embedding"))
@@ -58,6 +59,8 @@ def efficiency(p: Params, runs: dict, profiles: dict) -> dict:
         return r["train"]["seconds"] / r["train"]["images_seen"]
 
     base_sec = series(runs, ds0, s.baseline, p.seeds, seconds_per_image)
+    path = interleaved_file("recursive")
+    interleaved = read_json_file(path, "regenerate it with `dvc repro timing_recursive`") if path.exists() else {}
     eff = {}
     for m in s.main:
         costs = profiles[(ds0, m)]["costs"]
@@ -69,6 +72,10 @@ def efficiency(p: Params, runs: dict, profiles: dict) -> dict:
                   "macs_per_image": costs["macs_per_image"], "speed": training_speed(runs, ds0, m, p.seeds),
                   "time_ratio_to_baseline": mean_ci(np.array(sec) / np.array(base_sec)),
                   "time_ratio_per_seed": (np.array(sec) / np.array(base_sec)).tolist(),
+                  # the interleaved measurement (stage timing_recursive): per round of chunks in one process
+                  "time_ratio_interleaved": (interleaved.get("ratio") or {}).get(m) if m != s.baseline else None,
+                  "interleaved": {k: interleaved.get(k) for k in ("chunk_steps", "rounds", "skipped")}
+                  if interleaved else None,
                   "moe_kernel": model_config(p, m, ds0).get("moe_kernel") if costs["family"] != "encoder" else None}
     return eff
 
@@ -132,9 +139,9 @@ def extra_comparisons(p: Params, runs: dict) -> dict:
     s = p.study("recursive")
     out, ds0 = {}, s.datasets[0]
     if "sa-moe" in s.main and s.reference != "sa-moe":
-        out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(runs, ds0, s.reference,
-                                                                          "sa-moe", common_seeds(p, ds0, s.reference, "sa-moe")),
-                                      "test_id": test_id(ds0, s.reference, "sa-moe")}
+        out["reference_vs_sa-moe"] = {"model": s.reference, "against": "sa-moe", **_compare(
+            runs, ds0, s.reference, "sa-moe", common_seeds(p, ds0, s.reference, "sa-moe")),
+            "test_id": test_id(ds0, s.reference, "sa-moe")}
     if s.one_pass:
         out["reference_vs_one_pass"] = {"model": s.reference, "against": s.one_pass, **_compare(
             runs, ds0, s.reference, s.one_pass, common_seeds(p, ds0, s.reference, s.one_pass)),
@@ -153,8 +160,12 @@ def ablation_dataset(p: Params) -> str:
 
 
 def aggregate(p: Params) -> dict:
-    s = p.study("recursive")
     runs, profiles = load_study(p, "recursive")
+    return only_settled(p, lambda q: _aggregate(q, runs, profiles))
+
+
+def _aggregate(p: Params, runs: dict, profiles: dict) -> dict:
+    s = p.study("recursive")
     ds0 = s.datasets[0]
 
     def home(m):  # where a model's per-step, curve and budget figures come from

@@ -13,16 +13,18 @@ from itervision.reporting.tables import load_reference
 DVC_PLOTS = {
     "plots/recursive/dvc/accuracy_per_step.csv": {
         "title": "Recursive classifier, test top-1 (%) at every step, every variant (mean and 95% t-band over seeds)",
-        "x": "step", "y": "top1", "template": "band"},
+        "x": "step", "y": "top1", "x_label": "recursion step", "y_label": "test top-1 (%)", "template": "band_int"},
     "plots/recursive/dvc/sparsity_accuracy.csv": {
         "title": "Sparsity budget k, test top-1 (%) (mean and 95% t-interval)", "x": "sparsity", "y": "top1",
-        "template": "band"},
+        "x_label": "average attention sparsity (formula)", "y_label": "test top-1 (%)", "template": "band"},
     "plots/recursive/dvc/learning_curves.csv": {
         "title": "Recursive classifier, top-1 (%) of the last exit against training images (test and calib)",
-        "x": "images", "y": "top1", "template": "band_split"},
+        "x": "images", "y": "top1", "x_label": "training images seen", "y_label": "top-1 of the last exit (%)",
+        "template": "band_split"},
     "plots/recursive/dvc/ece_per_step.csv": {
         "title": "Recursive classifier, expected calibration error (%) at every step (mean and 95% t-band)",
-        "x": "step", "y": "ece", "template": "band"},
+        "x": "step", "y": "ece", "x_label": "recursion step", "y_label": "expected calibration error (%)",
+        "template": "band_int"},
 }
 
 
@@ -66,8 +68,8 @@ def sparsity_figure(agg: dict, ref: dict, out: Path) -> None:
     ax.set(xlabel="average attention sparsity (formula)", ylabel="test top-1 (%)",
            title=f"Sparsity budget ({agg['ablation_dataset']}, n = {len(agg['ablation_seeds'])})")
     save(fig, out / "sparsity_accuracy.png")
-    write_csv(out / "dvc" / "sparsity_accuracy.csv", ["k", "sparsity", "top1", "low", "high", "kind"],
-              [r + ["curve"] for r in rows])
+    write_csv(out / "dvc" / "sparsity_accuracy.csv", ["model", "k", "sparsity", "top1", "low", "high", "kind"],
+              [["k ablation"] + r + ["curve"] for r in rows])  # one series: the legend names it
 
 
 def traces_figures(agg: dict, out: Path) -> None:

@@ -19,7 +19,7 @@ from itervision.stats import (cost_to_reach, expected_calibration_error, interpo
                               mean_ci, paired_difference, shared_log_grid)
 from itervision.config.scales import SYNTHETIC_SCALES
 from itervision.studies.common import (budget, early_exit_summary, environments, learning_curve, load_study,
-                                       per_exit, run_overhead, shared_cost_range, tested_setting, top1,
+                                       only_settled, per_exit, run_overhead, shared_cost_range, tested_setting, top1,
                                        training_speed)
 
 NAN = float("nan")
@@ -240,7 +240,8 @@ def aggregate(p: Params) -> dict:
     runs, profiles = load_study(p, "sparseformer")
     return {"seeds": p.seeds, "ablation_seeds": p.ablation_seeds, "recurrent": s.recurrent, "no_memory": s.no_memory,
             "static": s.static, "budget_models": s.budget_models, "target_model": s.target_model,
-            "datasets": {ds: aggregate_dataset(p, ds, runs, profiles) for ds in s.datasets},
+            "datasets": {ds: only_settled(p, lambda q, ds=ds: aggregate_dataset(q, ds, runs, profiles))
+                         for ds in s.datasets},
             "environments": environments(runs)}
 
 

@@ -12,16 +12,20 @@ from itervision.reporting.tables import load_reference
 DVC_PLOTS = {
     "plots/sparseformer/dvc/frontier": {
         "title": "SparseFormer, test top-1 (%) against GFLOPs per image (early-exit curves with bands, static points)",
-        "x": "gflops", "y": "top1", "template": "band_logx"},
+        "x": "gflops", "y": "top1", "x_label": "GFLOPs per image (log scale)", "y_label": "test top-1 (%)",
+        "template": "band_logx"},
     "plots/sparseformer/dvc/curves": {
         "title": "SparseFormer, top-1 (%) of the last exit against training images (test and calib)",
-        "x": "images", "y": "top1", "template": "band_split"},
+        "x": "images", "y": "top1", "x_label": "training images seen", "y_label": "top-1 of the last exit (%)",
+        "template": "band_split"},
     "plots/sparseformer/dvc/calibration": {
         "title": "SparseFormer, expected calibration error (%) of every exit (mean and 95% t-band over seeds)",
-        "x": "exit", "y": "ece", "template": "band"},
+        "x": "exit", "y": "ece", "x_label": "exit (round)", "y_label": "expected calibration error (%)",
+        "template": "band_int"},
     "plots/sparseformer/dvc/budget": {
         "title": "SparseFormer early exit, test top-1 (%) at a fraction of the largest static model's cost",
-        "x": "fraction", "y": "top1", "template": "band"},
+        "x": "fraction", "y": "top1", "x_label": "fraction of the largest static model's GFLOPs",
+        "y_label": "test top-1 (%)", "template": "band"},
 }
 
 
