@@ -8,23 +8,19 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # What a user types on the command line reaches a recipe through the environment ("$$NAME"), never pasted into the
 # shell line, so a value holding ; $( ) or quotes stays one argument (CLAIM='a;touch x' runs nothing).
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
-	CPUS_PER_GPU IMAGENET REV
+	CPUS_PER_GPU IMAGENET REV TEST_WORKERS OUT
 
-.PHONY: repro status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark input-benchmark \
+.PHONY: repro demo diff status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark input-benchmark \
 	gpu-benchmark pipelines campaign settle
 
-# params are checked and the dvc.lock files repaired (a DVC process killed while writing one leaves it cut short)
-# before DVC reads them; outputs already in the DVC remote are pulled instead of rebuilt (by the hashes in
-# dvc.lock, so only what the committed code produced), and new outputs are pushed after (PUSH=0: not).
+# One process (src/itervision/pipeline/repro.py): params are checked and the dvc.lock files repaired (a DVC process
+# killed while writing one leaves it cut short) before DVC reads them; one `dvc status` decides: up to date, nothing
+# else runs; otherwise outputs already in the DVC remote are pulled instead of rebuilt (by the hashes in dvc.lock,
+# so only what the committed code produced), `dvc repro` runs under the workspace lock with "stage k of N, ETA"
+# lines, its closing status must be clean, and new outputs are pushed after (PUSH=0: not).
 PUSH ?= 1
 repro: setup
-	$(PY) -m itervision.config.params
-	$(PY) -m itervision.pipeline.lockfiles
-	-@$(PY) -m itervision.pipeline.provenance
-	-@$(PY) -m itervision.pipeline.remote pull
-	$(PY) -m itervision.pipeline.workspace dvc repro
-	@$(MAKE) --no-print-directory status-clean
-	-@if [ "$(PUSH)" = 1 ]; then $(PY) -m itervision.pipeline.remote push; fi
+	$(PY) -m itervision.pipeline.repro $(if $(filter 0,$(PUSH)),--no-push)
 
 # Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
 # cores / train.threads; on GPUs GPUS=N [GPUS_PER_WORKER=K], each run on the GPUs of its run.placement), or on a
@@ -45,12 +41,28 @@ status-clean:
 	@out=$$(dvc status 2>&1); echo "$$out"; echo "$$out" | grep -q "Data and pipelines are up to date" \
 	  || { echo "error: dvc status is not clean after the run: the workspace is stale; run make repro again"; exit 1; }
 
-test: setup
-	$(PY) -m pytest -q
+# The whole suite: two pytest-xdist workers (the built tiny repository is shared between them, tests/conftest.py),
+# then the tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine). TEST_WORKERS=0 runs
+# the first lane in one process.
+TEST_WORKERS ?= 2
+# The whole pipeline at the tiny scale in a few minutes, in a copy of this checkout (OUT, default
+# /tmp/itervision-demo): a first look that leaves this workspace as it is.
+demo: setup
+	$(PY) -m itervision.pipeline.demo $(if $(OUT),--out "$$OUT")
 
-# The fast lane: every test but the end-to-end ones (a built DVC repository, torchrun), a few minutes here.
+# The ledger's verdicts, estimates and Holm p that changed against a revision or DVC experiment (REV, default HEAD),
+# one line each; nothing when nothing changed.
+diff: setup
+	$(PY) -m itervision.pipeline.diff $(if $(REV),"$$REV")
+
+test: setup
+	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not serial"
+	$(PY) -m pytest -q -m serial || [ $$? = 5 ]
+
+# The fast lane: every test but the end-to-end ones (a built DVC repository, torchrun), in parallel as above.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
+	$(PY) -m pytest -q -m "serial and not slow" || [ $$? = 5 ]
 
 setup: $(STAMP) data browser
 
@@ -141,9 +153,10 @@ settle: setup
 	  $(if $(INTERIM),--interim) $(if $(DRY),--dry-run) $(if $(EXP),--exp "$$EXP") $(if $(ALL),--all-open) \
 	  $(if $(LIST),--list) $(if $(RESET),--reset)
 
-# Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN).
+# Every dvc plot as a page that opens without a network (the Vega libraries from vl-convert-python, not a CDN);
+# REV=... draws the workspace against a revision or DVC experiment (dvc plots diff).
 plots: setup
-	$(PY) -m itervision.reporting.offline_plots
+	$(PY) -m itervision.reporting.offline_plots $(if $(REV),--rev "$$REV")
 
 # The DVC files are generated from the studies registry and each stage's import closure.
 pipelines: $(STAMP)

@@ -13,13 +13,14 @@ what needs a model built at full size: fvcore counts (SparseFormer GFLOPs, and w
 the memory estimate.
 """
 import argparse
+import sys
 from pathlib import Path
 
 from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.config.params import check_params, load_params
 from itervision.planning.plan import (RESULTS, check_sources, check_structure, cost_table, input_lines,
                                      load_input_rates, load_rates, makespan_lines, placement_table, plan_runs,
-                                     published_check)
+                                     published_check, summary_lines)
 from itervision.config.scales import render_scale
 from itervision.planning.placement import write_placement
 
@@ -69,18 +70,18 @@ def main(argv=None):
             known = ", ".join(sorted(f.stem for f in RESULTS.glob("*.json"))) or "none"
             raise UserError(f"no measured rates for GPU '{args.gpu}' ({RESULTS}/{args.gpu}.json; measured: {known}); "
                             f"run `make gpu-benchmark` on that GPU, or plan without --gpu (FLOP estimates)")
-    print(f"plan of the {p.scale} scale ({'configs/scales/' + args.scale + '.yaml' if args.scale else args.params})")
-    for line in check_structure(p) + check_sources(p):
-        print(line)
+    print(f"plan of the {p.scale} scale ({'configs/scales/' + args.scale + '.yaml' if args.scale else args.params})",
+          flush=True)
+    details = check_structure(p) + check_sources(p)
     if not args.fast:
-        print("SparseFormer GFLOPs per exit (fvcore convention) beside the published ones:")
-        for line in published_check(p):
-            print(line)
+        print("counting FLOPs and memory with fvcore (about a minute; FAST=1 skips it) ...", file=sys.stderr,
+              flush=True)
+        details += ["SparseFormer GFLOPs per exit (fvcore convention) beside the published ones:"] + published_check(p)
     inputs = load_input_rates() if args.cpus_per_gpu else None
     plans = plan_runs(p, memory=not args.fast, fast=args.fast, rates=rates, inputs=inputs,
                       cpus_per_gpu=args.cpus_per_gpu)
-    for line in cost_table(plans, args.fast, rates) + input_lines(plans, inputs, args.cpus_per_gpu) \
-            + makespan_lines(plans, args.fast):
+    for line in summary_lines(plans, args.fast) + details + cost_table(plans, args.fast, rates) \
+            + input_lines(plans, inputs, args.cpus_per_gpu) + makespan_lines(plans, args.fast):
         print(line)
     if rates:
         lines, totals = placement_table(p, plans, rates, args.hours, args.gpus)
@@ -93,7 +94,14 @@ def main(argv=None):
                                 f"`python stages/set_scale.py {args.scale}`, then plan without --scale")
             note = (f"make paper-plan GPU={args.gpu}" + (f" HOURS={args.hours:g} GPUS={args.gpus}" if args.hours else "")
                     + " PLACE=1 (planning/placement.py)")
-            write_placement(target, totals["placement"], note)
+            import contextlib
+
+            from itervision.pipeline.workspace import hold
+
+            # in a DVC workspace the workspace lock first: params.yaml never changes under a running pipeline
+            workspace = Path(".dvc").is_dir() and target.resolve() == Path("params.yaml").resolve()
+            with hold("make paper-plan PLACE=1") if workspace else contextlib.nullcontext():
+                write_placement(target, totals["placement"], note)
             print(f"wrote run.placement ({len(totals['placement'])} configurations; the rest keep run.gpus "
                   f"{p.run.gpus}) into {target}; `make campaign` runs it")
     elif args.hours is not None or args.write_placement:

@@ -139,7 +139,8 @@ def test_paper_plan_fast_checks_structure_roots_and_cost(tmp_path):
     r = run("stages/check_paper_plan.py", "--scale", "paper", "--fast")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "data/splits/imagenet100.txt: 100 synsets" in out and "total: 185 training runs" in out
+    assert "data/splits/imagenet100.txt: 100 synsets" in out and "total: 205 training runs" in out
+    assert out.splitlines()[1] == "== summary ==" and "205 training runs" in out.splitlines()[2]  # the answer first
     assert "warning: data.sources.imagenet100 = data/sources/imagenet100.csv does not exist" in out
     assert "utilisation" in out and "GPU-hours" in out
     line = next(x for x in out.splitlines() if x.startswith("recursive") and " sa-mlp " in x and "cifar10" in x)
@@ -206,21 +207,29 @@ def test_every_stage_script_has_help():
         assert r.returncode == 0 and "usage" in r.stdout, script.name
 
 
-def test_the_fast_lane_leaves_out_exactly_the_slow_tests():
-    """`make test-fast` runs pytest -m "not slow", `make test` the whole suite; the two lanes partition it."""
-    def recipe(target):
+def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_runs_tests():
+    """`make test` runs the suite on pytest-xdist workers less the tests marked serial, then those alone;
+    `make test-fast` the same without the slow ones. The lanes partition the suite."""
+    def recipes(target):
         out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True).stdout
-        return next(line for line in out.splitlines() if "-m pytest" in line)
+        return [line for line in out.splitlines() if "-m pytest" in line]
 
-    assert recipe("test-fast").endswith('-m pytest -q -m "not slow"') and recipe("test").endswith("-m pytest -q")
+    assert [r.split("-m pytest ")[1] for r in recipes("test")] == [
+        '-q -n "$TEST_WORKERS" -m "not serial"', "-q -m serial || [ $? = 5 ]"]
+    assert [r.split("-m pytest ")[1] for r in recipes("test-fast")] == [
+        '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -m "serial and not slow" || [ $? = 5 ]']
 
-    def collected(*marker):
-        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *marker], cwd=ROOT,
+    def collected(*args):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args], cwd=ROOT,
                              capture_output=True, text=True).stdout
-        return {line for line in out.splitlines() if "::" in line}
+        return {line.split(" ")[0] for line in out.splitlines() if "::" in line}
 
     everything, fast, slow = collected(), collected("-m", "not slow"), collected("-m", "slow")
     assert fast and slow and fast.isdisjoint(slow) and fast | slow == everything
+    parallel, serial = collected("-m", "not serial"), collected("-m", "serial")
+    assert serial and parallel.isdisjoint(serial) and parallel | serial == everything
+    # pytest-xdist itself refuses to run when its workers collect different tests ("Different tests were
+    # collected between gw0 and gw1"), so the parallel lane runs exactly `parallel`
     torchrun = {"tests/test_engine.py::test_one_and_two_processes_train_the_same_recipe",
                 "tests/test_engine.py::test_a_compiled_step_under_two_processes_trains_like_the_eager_one"}
     assert torchrun <= slow  # built_repo users are guarded by conftest.py

@@ -32,13 +32,13 @@ def one_line(r: subprocess.CompletedProcess, rc: int, *needles: str) -> str:
 # ---------------------------------------------------------------------------------------------- 1. settle's max n
 
 def test_a_design_past_the_seed_limit_is_none_not_the_limit():
-    from itervision.stats.sequential import max_seeds, power
+    from itervision.stats.sequential import max_seeds, sequence_power
 
-    assert max_seeds(5, 0.01, 1.0) is None  # ~78,500 seeds: beyond 10,000
-    assert max_seeds(5, 0.05, 1.0) == 3142  # within the limit: the design
+    assert max_seeds(5, 0.01, 1.0) is None  # ~78,500 new seeds: beyond 10,000
+    assert max_seeds(5, 0.05, 1.0) == 5 + 3142  # within the limit: the pilot and the design's new seeds
     assert max_seeds(5, 0.05, 1.0, limit=3141) is None  # one seed short: None, never the limit itself
     n = max_seeds(5, 0.5, 1.0)
-    assert n is not None and n < 10_000 and power([5, n], n, 0.5, 1.0) >= 0.8
+    assert n is not None and n < 10_000 and sequence_power([5, n], n, 5, 0.5, 1.0) >= 0.79  # normal approximation
 
 
 # ---------------------------------------------------------------------------------------------- 2., 5., 7. plan
@@ -119,7 +119,7 @@ def test_hostile_texts_reach_no_export_as_formula_or_markup(tmp_path, monkeypatc
     """Hostile texts in every field of a ledger row, and in a reference source, go through the real writer: the
     CSV has no cell a spreadsheet would evaluate, every Markdown row has the header's number of cells, and no
     raw HTML or link syntax is left."""
-    from itervision.reporting import ledger
+    from itervision.claims import render as ledger
     from itervision.reporting.tables import write_table
     from itervision.reporting.figures import write_csv
 
@@ -157,3 +157,86 @@ def test_placement_is_not_written_into_a_cpu_scale_params(tmp_path):
     assert (tmp_path / "params.yaml").read_bytes() == before
     assert yaml.safe_load(before)["run"]["placement"] == {}
     assert os.path.exists(tmp_path / "params.yaml")
+
+
+# ---------------------------------------------------------------------------------------------- 10. settle after Ctrl-C
+
+def test_an_interrupted_settle_resumes_with_the_same_command(tmp_path, monkeypatch):
+    """Ctrl-C while the look trains: one line says to run the same command again; that rerun finds its look
+    already in params.yaml and trains the rest (no "not up to date" refusal, no second write of params)."""
+    import contextlib
+
+    from itervision.config.params import load_params
+    from itervision.errors import UserError
+    from itervision.pipeline import settle as st
+    from itervision.pipeline import workspace
+    from itervision.stats.sequential import design
+
+    tiny_params(tmp_path)
+    params = tmp_path / "params.yaml"
+    pilot = [12.0, 30.0]
+    target = st.Target("recursive", "fashion_mnist: dsa-moe - sa-mlp", "fashion_mnist", ["dsa-moe", "sa-mlp"],
+                       pilot, 20.0, "points", "inconclusive (n = 2)", None, family=3)
+    d = {"study": "recursive", "dataset": "fashion_mnist", "models": target.models,
+         **design(pilot, 20.0, alpha=target.alpha)}
+    plan = st.Plan(target, 2, d["max_n"], d["max_n_point"], d["sd_pilot"], d["sd_planning"], 3,
+                   [("dsa-moe", 2), ("sa-mlp", 2)], 10.0, design=d)
+    calls = []
+
+    def dvc(command, env=None):
+        calls.append(command)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return 0
+
+    monkeypatch.setattr(workspace, "hold", lambda what: contextlib.nullcontext())
+    monkeypatch.setattr(st.subprocess, "call", dvc)
+    monkeypatch.setattr(st, "stale_stages", lambda: [])
+    ledger = {"documents": {"recursive": {"entries": [{"test_id": target.test_id, "verdict": "v", "reason": "r"}]}}}
+    monkeypatch.setattr(st, "load", lambda path: (None, ledger, None))
+    with pytest.raises(UserError, match="run the same make settle command again"):
+        st.settle(params, [plan], dry_run=False)
+    written = params.read_bytes()
+    assert load_params(params).settle_claims[target.test_id]["looks"] == [2, 3]
+    # after the interruption the statistics are stale: a fresh start would be refused, the resumed look is not
+    monkeypatch.setattr(st, "stale_stages", lambda: ["pipelines/recursive/dvc.yaml:aggregate_recursive"])
+    st.settle(params, [plan], dry_run=False)
+    assert calls == [["dvc", "repro"], ["dvc", "repro"]] and params.read_bytes() == written
+
+
+# ------------------------------------------------------------------------------------------ 11. orphans of a wrapper
+
+def test_a_pipeline_process_left_by_a_killed_wrapper_is_found_and_named(tmp_path, monkeypatch):
+    """The wrapper holding the workspace lock was killed alone and its `dvc repro` still runs: the next command
+    is refused in one line naming that process, and goes ahead once it has ended."""
+    from itervision.errors import UserError
+    from itervision.pipeline.workspace import hold
+
+    fake = tmp_path / "dvc"
+    fake.write_text("#!/bin/sh\nsleep 60\n")
+    fake.chmod(0o755)
+    orphan = subprocess.Popen([str(fake), "repro"], cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    try:
+        with pytest.raises(UserError, match=rf"\(PID {orphan.pid}\) still runs in this workspace.*kill {orphan.pid}"):
+            with hold("make repro", tmp_path / "lock"):
+                pass
+        assert not (tmp_path / "lock").exists()  # refused: no lock left behind
+    finally:
+        orphan.kill()
+        orphan.wait()
+    with hold("make repro", tmp_path / "lock"):
+        assert (tmp_path / "lock").exists()
+
+
+def test_a_settle_of_a_test_without_a_published_size_says_why():
+    from itervision.errors import UserError
+    from itervision.pipeline.settle import find
+
+    ledger = {"documents": {"recursive": {"entries": [
+        {"test_id": "fashion_mnist: dsa-moe - sa-moe", "kind": "statistical", "verdict": "inconclusive at the proxy",
+         "plot": {"published": [], "per_seed": [0.1, 0.2], "null": 0.0}}]}}}
+    with pytest.raises(UserError, match="no published size: settle plans its seeds for power at the published"):
+        find([], "dsa-moe - sa-moe", ledger)
+    with pytest.raises(UserError, match="matches no test settle can add seeds to"):
+        find([], "no such test", ledger)

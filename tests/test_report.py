@@ -69,7 +69,8 @@ def test_the_report_is_one_file_that_names_what_it_reports(tmp_path):
     entry = {"test_id": "t1", "claim": "A beats B", "reference": "x/y/z", "source": "s", "fidelity": "proxy",
              "claimed_setting": "c", "tested_setting": "t", "published": "1", "estimate": "0.5 ± 0.1 (n 5)",
              "per_seed": "0.4 0.5 0.6", "test": "direction", "p_holm": "0.01", "p_size_holm": "", "indicators": "",
-             "verdict": "holds at the proxy", "reason": "r", "seeds_needed_80pct": "", "where": "metrics/x.md",
+             "verdict": "holds at the proxy", "outcome": "holds", "group": "decided", "reason": "r",
+             "seeds_needed_80pct": "", "where": "metrics/x.md",
              "plot": {"per_seed": [0.4, 0.5, 0.6], "mean": 0.5, "half_width": 0.1, "published": [1.0], "null": 0.0}}
     ledger = {"documents": {"doc": {"family": {"t1": {"p": 0.005, "p_holm": 0.01, "family": "Holm over 1"}},
                                     "entries": [entry, {**entry, "test_id": "t2", "plot": None}]}}}
@@ -82,7 +83,10 @@ def test_the_report_is_one_file_that_names_what_it_reports(tmp_path):
     assert parsed.rows["t1"]["per seed"] == "0.4 0.5 0.6" and parsed.rows["t1"]["family"] == "Holm over 1"
     assert "Scale</b> cpu" in page and "2026-12-05 00:00 UTC" in page and "dvc.lock digest" in page
     assert "come from 2 different environments" in page
-    assert not re.search(r"""(src|href)=["']https?://""", page) and 'href="../metrics/x.md"' in page
+    assert not re.search(r"""(src|href)=["']https?://""", page) and 'href="#table-metrics-x"' in page
+    assert re.search(r'data-test="t1" data-group="decided"[^>]*><summary>[^<]*<span class="verdict g-decided-holds"',
+                     page) and 'id="hide-untestable"' in page  # the row's colour; the filter
+    assert page.index("<h2>Findings</h2>") < page.index("<h2>Claims ledger</h2>") and "<code>t1</code>" in page
 
 
 @pytest.mark.slow
@@ -164,3 +168,43 @@ def test_dvc_plots_and_the_report_draw_everything_offline(built_repo, tmp_path):
     shot = tmp_path / "report.png"
     chromium(report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=412,900")  # a phone's width
     assert not_blank(shot) > 10
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_the_report_reads_at_a_glance_in_a_browser(built_repo, tmp_path):
+    """Headless Chromium at a phone's width (412 px): verdict colours and their legend, the filter hides the rows
+    not testable at this scale (state from the link's fragment), a figure opens full size, and nothing overflows
+    sideways (the page records its laid-out width)."""
+    report = built_repo / "reports/index.html"
+    url = report.as_uri() + "#hide-untestable-open-figure-1"
+    dom, _ = chromium(url, tmp_path, "--dump-dom", "--window-size=412,900")
+    rows = re.findall(r'<details class="claim"[^>]*>', dom)
+    untestable = [r for r in rows if 'data-group="untestable"' in r]
+    assert untestable and all(" hidden" in r for r in untestable)
+    assert any(" hidden" not in r for r in rows)  # the others stay
+    assert re.search(r'class="verdict g-(decided|inconclusive|not_exercised)', dom) and 'class="legend"' in dom
+    assert re.search(r'<figure id="figure-1" class="full"', dom)
+    widths = re.search(r'data-scroll-width="(\d+)" data-view-width="(\d+)"', dom)
+    assert widths and int(widths.group(1)) <= int(widths.group(2)) == 412, widths and widths.groups()
+    assert dom.index(">Findings<") < dom.index(">Claims ledger<")
+
+
+@pytest.mark.slow
+def test_table2_time_ratios_come_from_the_interleaved_measurement(built_repo):
+    """Stage timing_recursive measured every main model in one process, round-robin in chunks; Table 2 prints its
+    ratio per model (n = the rounds kept) beside the across-runs one, and says how each was measured."""
+    timing = json.loads((built_repo / "metrics/recursive/timing_interleaved.json").read_text())
+    agg = json.loads((built_repo / "metrics/recursive/aggregate.json").read_text())
+    main = list(agg["efficiency"])
+    assert set(timing["ratio"]) == set(main) - {timing["baseline"]}
+    kept = timing["rounds"] - timing["skipped"]
+    for m, r in timing["ratio"].items():
+        assert r["n"] == kept == len(r["per_round"]) and all(v > 0 for v in r["per_round"])
+        assert timing["seconds"][m][0] > 0 and len(timing["seconds"][m]) == timing["rounds"]
+    with open(built_repo / "metrics/recursive/tables/table2_efficiency.csv") as f:
+        rows = list(csv.DictReader(f))
+    col = "time ratio to baseline, interleaved (n rounds)"
+    assert col in rows[0] and all(r[col] for r in rows)
+    text = (built_repo / "metrics/recursive/tables/table2_efficiency.md").read_text()
+    assert "round-robin in one process" in text

@@ -23,10 +23,33 @@ def committed(study: str) -> list[dict]:
         return []
 
 
+def _torch_version() -> str | None:
+    """torch.__version__ (local tag included, e.g. 2.14.1+cu130) read from the installed torch/version.py, without
+    importing torch; None where that file is not found."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return m.group(1) if m else None
+
+
 def here(capability: str) -> dict:
-    """torch's version and the kernels' instruction set on this machine under the recipe's pin."""
+    """torch's version and the kernels' instruction set on this machine under the recipe's pin. Where the CPU's
+    flags settle it (a pin the CPU has: torch then reports exactly that level), no torch import is needed: the
+    version comes from the installed package's metadata (importing torch costs 1.5-2 s of every `make repro`)."""
     from itervision.config.run_configs import CPU_PINS, cpu_has
 
+    version = _torch_version()
+    if version and capability in CPU_PINS and cpu_has(capability) is True and capability != "native":
+        return {"torch": version, "capability": capability.upper()}
     if cpu_has(capability) is not False:  # a pin this CPU lacks would make torch report it anyway
         os.environ.update(CPU_PINS.get(capability, {}))
     import torch

@@ -33,9 +33,10 @@ from itervision.errors import ArgumentParser, UserError, cli_entry
 from itervision.io import read_json_file, write_text
 from itervision.layout import LEDGER, study_metrics
 from itervision.config.params import DEFAULT_PARAMS, Params, check_params, family_code, load_params
-from itervision.reporting.ledger import tagged
-from itervision.stats.sequential import PROCEDURE, design, power
+from itervision.stats.inference import tagged
+from itervision.stats.sequential import PROCEDURE, design, sequence_power
 
+ALPHA = 0.05
 POWER = 0.8
 SD_LEVEL = 0.8             # Browne's rule: the pilot SD's one-sided 80 % upper confidence limit
 STATS_SECONDS = 150        # configure, aggregate, claims and report stages after the runs (measured: docs/settle.md)
@@ -53,6 +54,12 @@ class Target:
     unit: str
     verdict: str
     design: dict | None = None  # the sequence so far (params settle.claims), if any
+    family: int = 1            # m, the tests of the document's Holm family
+
+    @property
+    def alpha(self) -> float:
+        """The level the verdict needs: Holm's first step, alpha / m (conservative for any other rank)."""
+        return ALPHA / self.family
 
 
 @dataclass
@@ -68,6 +75,7 @@ class Plan:
     seconds: float = 0.0
     power: float = float("nan")   # P(a crossing by this look) at the published effect and the planning SD
     power_point: float = float("nan")   # the same at the pilot's SD
+    design: dict = field(default_factory=dict)   # the sequence's design (new, or as it started)
 
     @property
     def minutes(self) -> float:
@@ -93,17 +101,32 @@ def targets(ledger: dict, aggregates: dict) -> list[Target]:
             paired = pairs[e["test_id"]]
             design = (aggregates[doc].get("settle") or {}).get(e["test_id"])
             out.append(Target(doc, e["test_id"], paired["dataset"], paired["models"], pilot, effect,
-                              plot.get("unit", ""), e["verdict"], design))
+                              plot.get("unit", ""), e["verdict"], design, family_size(d.get("family", {}))))
     return out
 
 
-def find(tests: list[Target], name: str) -> Target:
+def family_size(family: dict) -> int:
+    """m, the tests of a document's Holm family (metrics/ledger.json)."""
+    sizes = [f.get("family_size") for f in family.values() if isinstance(f, dict) and f.get("family_size")]
+    return max(sizes) if sizes else max(1, len(family))
+
+
+def find(tests: list[Target], name: str, ledger: dict | None = None) -> Target:
     exact = [t for t in tests if t.test_id == name]
     if exact:
         return exact[0]
     hits = [t for t in tests if name.lower() in t.test_id.lower()]
     if len(hits) == 1:
         return hits[0]
+    others = [e for d in (ledger or {}).get("documents", {}).values() for e in d["entries"]
+              if e["test_id"] == name or (not hits and name.lower() in e["test_id"].lower())]
+    if not hits and len(others) == 1:
+        e = others[0]
+        why = ("it is not a statistical test" if e["kind"] != "statistical" else
+               "it has no published size: settle plans its seeds for power at the published effect, and the "
+               "document gives none for this test" if not (e.get("plot") or {}).get("published") else
+               "it pairs no runs of named models this pipeline can add seeds to")
+        raise UserError(f"'{e['test_id']}' cannot be settled: {why} (its verdict stays {e['verdict']!r})")
     known = "; ".join(t.test_id for t in tests)
     what = "matches several tests" if hits else "matches no test settle can add seeds to"
     raise UserError(f"claim '{name}' {what}; give one of: {known}")
@@ -129,14 +152,9 @@ def run_seconds(aggregates: dict, document: str, dataset: str, model: str) -> tu
     raise UserError(f"no timing of {model} in metrics/{document}/aggregate.json; run make repro first")
 
 
-def base_seeds(p: Params, document: str, model: str) -> list[int]:
-    s = p.study(document)
-    return p.seeds if model in s.main else p.ablation_seeds
-
-
 def missing_runs(p: Params, t: Target, n: int) -> list[tuple[str, int]]:
     """(model, seed) of every run the sequence's first n seeds (0 .. n-1) lack."""
-    have = {m: set(base_seeds(p, t.document, m)) | set(p.settle_runs.get((t.dataset, m), [])) for m in t.models}
+    have = {m: set(p.base_seeds(t.document, m)) | set(p.settle_runs.get((t.dataset, m), [])) for m in t.models}
     return [(m, s) for s in range(n) for m in t.models if s not in have[m]]
 
 
@@ -146,16 +164,14 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
     if n_pilot < 2 or not float(v.std(ddof=1)) > 0:
         raise UserError(f"'{t.test_id}' has {n_pilot} seed(s) without spread: no SD to plan from; run make repro "
                         f"with at least 2 seeds")
-    if t.design:  # the sequence continues: its design stays as it started
-        looks, max_n = list(t.design["looks"]), int(t.design["max_n"])
-        sd, sd_c = t.design["sd_pilot"], t.design["sd_planning"]
-        point = t.design.get("max_n_point")
-    else:
-        d = design(t.pilot, t.effect, POWER, SD_LEVEL)
-        looks, sd, sd_c, point, max_n = d["looks"], d["sd_pilot"], d["sd_planning"], d["max_n_point"], d["max_n"]
-        if max_n is None:
-            raise UserError(f"'{t.test_id}': the published effect {t.effect:g} against an SD of {sd_c:.3g} needs more "
-                            f"than 10,000 seeds; settle cannot reach it")
+    d = dict(t.design) if t.design else {"study": t.document, "dataset": t.dataset, "models": t.models,
+                                         **design(t.pilot, t.effect, POWER, SD_LEVEL, alpha=t.alpha)}
+    # the sequence continues with its design as it started (a design from before pilots planned only: pilot 0)
+    looks, max_n, sd, sd_c = list(d["looks"]), d["max_n"], d["sd_pilot"], d["sd_planning"]
+    point, pilot, alpha = d.get("max_n_point"), d.get("pilot", 0), d.get("alpha", t.alpha)
+    if max_n is None:
+        raise UserError(f"'{t.test_id}': the published effect {t.effect:g} against an SD of {sd_c:.3g} needs more "
+                        f"than 10,000 new seeds at alpha {alpha:.2g}; settle cannot reach it")
     n_now = looks[-1]
     if n_now >= max_n:
         raise UserError(f"'{t.test_id}' is settled: its sequence reached its maximum n = {max_n}")
@@ -173,7 +189,8 @@ def plan(p: Params, t: Target, aggregates: dict, minutes: float | None = None) -
         look = lo
     taken = looks + ([look] if look > n_now else [])  # P(a crossing by this look) at the published effect
     return Plan(t, n_now, max_n, point, sd, sd_c, look, missing_runs(p, t, look), cost(look),
-                power(taken, max_n, t.effect, sd_c), power(taken, max_n, t.effect, sd))
+                sequence_power(taken, max_n, pilot, t.effect, sd_c, alpha),
+                sequence_power(taken, max_n, pilot, t.effect, sd, alpha), d)
 
 
 def paper_gpu_hours(pl: Plan) -> str:
@@ -213,8 +230,9 @@ def describe(pl: Plan) -> list[str]:
     lines = [f"{t.document} | {t.test_id} | now: {t.verdict}",
              f"  published effect {t.effect:g} {t.unit}; pilot n {len(t.pilot)}, SD {pl.sd:.3g} "
              f"(80 % upper limit {pl.sd_planning:.3g})",
-             f"  design: {PROCEDURE}; max n {pl.max_n} at 80 % power from the upper-limit SD (from the point SD: "
-             f"{point})",
+             f"  design: {PROCEDURE} at alpha {pl.design.get('alpha', t.alpha):.2g} (Holm's first step over the "
+             f"document's {t.family} tests); the pilot plans, the new seeds test; max n {pl.max_n} at 80 % "
+             f"power from the upper-limit SD (from the point SD: {point})",
              f"  this look: n {pl.n_now} -> {pl.look}: {len(pl.runs)} runs "
              f"({', '.join(f'{m} x {sum(1 for x, _ in pl.runs if x == m)}' for m in t.models)}), "
              f"{pl.minutes:.1f} min here; power by this look at the published effect {pl.power:.2f} (at the "
@@ -245,7 +263,7 @@ def write_settle(path: Path, p: Params, claims: dict) -> None:
     """Rewrite params.yaml's settle group (the file's last group) from `claims`; every run they need, derived."""
     runs = {}
     for tid, d in claims.items():
-        have = {m: set(base_seeds(p, d["study"], m)) for m in d["models"]}
+        have = {m: set(p.base_seeds(d["study"], m)) for m in d["models"]}
         for seed in range(d["looks"][-1]):
             for m in d["models"]:
                 if seed not in have[m]:
@@ -316,8 +334,7 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool, experiment: str 
         claims = dict(p.settle_claims)
         for pl in plans:
             t = pl.target
-            d = dict(t.design or {"study": t.document, "dataset": t.dataset, "models": t.models,
-                                  **design(t.pilot, t.effect, POWER, SD_LEVEL)})
+            d = dict(pl.design)
             d["looks"] = list(d["looks"]) + [pl.look]
             claims[t.test_id] = d
         resuming = claims == dict(p.settle_claims)  # this very look is in params already: an interrupted settle
@@ -328,7 +345,12 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool, experiment: str 
                                 f"repro first, so that settle trains only the new seeds")
             write_settle(params_path, p, claims)
         command = ["dvc", "exp", "run", "-n", experiment] if experiment else ["dvc", "repro"]
-        rc = subprocess.call(command, env=_env())
+        try:
+            rc = subprocess.call(command, env=_env())
+        except KeyboardInterrupt:
+            raise UserError("interrupted (Ctrl-C) while the look trained: the look is in params.yaml and the runs "
+                            "that finished are kept; run the same make settle command again to train the rest "
+                            "(make settle RESET=1 drops the look)") from None
     if rc:
         raise UserError(f"{' '.join(command)} failed (exit {rc}); fix the cause and run make settle again: the "
                         f"looks are in params.yaml, so it resumes")
@@ -337,6 +359,13 @@ def settle(params_path: Path, plans: list[Plan], dry_run: bool, experiment: str 
     for pl in plans:
         e = after[pl.target.test_id]
         print(f"{pl.target.test_id}\n  before: {pl.target.verdict}\n  after:  {e['verdict']} ({e['reason']})")
+    try:  # everything the ledger changed against the committed one (make diff): the settled rows, and only them
+        from itervision.pipeline.diff import changes, ledger_at
+
+        lines = changes(ledger_at("HEAD"), ledger)
+        print("make diff (the ledger against HEAD):" + ("".join(f"\n  {x}" for x in lines) or " nothing changed"))
+    except UserError as err:
+        print(f"make diff: not compared ({err})")
 
 
 def reset(params_path: Path) -> None:
@@ -347,18 +376,20 @@ def reset(params_path: Path) -> None:
 
     from itervision.runs import RunRecord
 
-    p = load_params(params_path)
-    for (dataset, model), seeds in p.settle_runs.items():
-        from itervision.config.matrix import study_of
-
-        for seed in seeds:
-            folder = RunRecord(study_of(p, model), dataset, model, seed).dir
-            if folder.exists():
-                shutil.rmtree(folder)
-    write_settle(params_path, p, {})
+    from itervision.config.matrix import study_of
     from itervision.pipeline.workspace import hold
 
-    with hold("make settle RESET=1"):
+    p = load_params(params_path)
+    if not p.settle_claims and not p.settle_runs:  # nothing to undo: params.yaml stays byte for byte
+        print("settle: nothing is settled; the default run is in place (params.yaml unchanged)")
+        return
+    with hold("make settle RESET=1"):  # first: nothing is removed or written while another command runs
+        for (dataset, model), seeds in p.settle_runs.items():
+            for seed in seeds:
+                folder = RunRecord(study_of(p, model), dataset, model, seed).dir
+                if folder.exists():
+                    shutil.rmtree(folder)
+        write_settle(params_path, p, {})
         rc = subprocess.call(["dvc", "repro"], env=_env())
     if rc:
         raise UserError(f"dvc repro failed (exit {rc}) after the reset; run make repro")
@@ -436,7 +467,7 @@ def main(argv=None):
         return
     if not args.claim:
         raise UserError("name a claim's test (make settle CLAIM='...'), or pass --list or --all-open")
-    t = find(tests, args.claim)
+    t = find(tests, args.claim, ledger)
     full = plan(p, t, aggregates)
     pl = plan(p, t, aggregates, args.minutes) if args.minutes is not None else full
     if pl.look <= pl.n_now:

@@ -7,6 +7,7 @@ orchestrators would otherwise interleave (each run trained twice, a stale worksp
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -18,11 +19,51 @@ from itervision.io import exclusive_lock
 LOCK = Path(".dvc/tmp/itervision.lock")
 
 
+@contextlib.contextmanager
 def hold(what: str, path: Path = LOCK):
-    """The workspace lock for `what` (a command line), or a one-line error naming the process that holds it."""
-    return exclusive_lock(path, f"`{what}` (PID {os.getpid()})",
-                          lambda holder: f"this workspace's pipeline is being run by {holder}; wait for it to finish "
-                                         f"(or stop it) before `{what}`")
+    """The workspace lock for `what` (a command line), or a one-line error naming the process that holds it. The
+    lock covers the wrapper and every process it starts: where the holder is gone (killed alone) but a pipeline
+    process it started still runs in this workspace (a `dvc repro`, a stage), that process is named and the
+    command refused, before anything is written."""
+    with exclusive_lock(path, f"`{what}` (PID {os.getpid()})",
+                        lambda holder: f"this workspace's pipeline is being run by {holder}; wait for it to finish "
+                                       f"(or stop it) before `{what}`"):
+        left = pipeline_processes(Path.cwd())
+        if left:
+            pid, cmd = left[0]
+            raise UserError(f"`{cmd[:80]}` (PID {pid}) still runs in this workspace, left behind by a command that "
+                            f"was stopped without it; wait for it to finish or stop it (kill {pid}) before `{what}`")
+        yield
+
+
+def pipeline_processes(root: Path) -> list[tuple[int, str]]:
+    """(PID, command line) of the processes running this workspace's pipeline (dvc repro / exp run, a stage
+    script) whose working folder is `root`, this process and its ancestors excluded. Linux /proc; elsewhere none
+    are found."""
+    mine, pid = set(), os.getpid()
+    while pid > 1 and pid not in mine:  # this process and its ancestors
+        mine.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    root = root.resolve()
+    out = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            if Path(os.readlink(entry / "cwd")).resolve() != root:
+                continue
+            args = [a for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if a]
+        except OSError:
+            continue
+        text = " ".join(args)
+        names = [Path(a).name for a in args[:3]]
+        if ("dvc" in names and any(w in args for w in ("repro", "exp"))) or any(
+                "stages/" in a and a.endswith(".py") for a in args[:3]):
+            out.append((int(entry.name), text))
+    return sorted(out)
 
 
 @cli_entry

@@ -489,6 +489,29 @@ def makespan_lines(plans: list[ModelPlan], fast: bool = False) -> list[str]:
             f"estimate): " + ", ".join(parts)]
 
 
+def summary_lines(plans: list[ModelPlan], fast: bool = False) -> list[str]:
+    """The plan's answer, printed first: GPU-hours, the makespan on 8 / 64 / 256 GPUs, how many runs are
+    input-bound, and which figures are measured and which estimated."""
+    u = utilisation(plans, fast)
+    hours = [(mp, run_hours(mp, u)) for mp in plans]
+    known = [(mp, h) for mp, h in hours if not math.isnan(h)]
+    total = sum(h * mp.runs for mp, h in known)
+    measured = sum(mp.runs for mp, _ in known if mp.measured)
+    runs = sum(mp.runs for mp in plans)
+    capped = sum(mp.runs for mp in plans if mp.measured and mp.input.get("cap")
+                 and mp.input["cap"] < mp.measured["images_per_s"])
+    spans = ", ".join(f"{g} GPUs {makespan(plans, g, u):,.1f} h" for g in MAKESPAN_GPUS)
+    return ["== summary ==",
+            f"{runs} training runs, {total:,.0f} GPU-hours in all; makespan {spans}",
+            f"measured: {measured} of {runs} runs at their benchmarked GPU rate; estimated: {runs - measured} from "
+            "FLOPs (an H100 at the utilisation the cost table states; a FLOP estimate can sit far from a measured "
+            "rate, about 8x for these small models, bound by launches and memory rather than FLOPs)",
+            f"input-bound: {capped} runs whose loader cannot feed their GPU rate (planned at the input rate)"
+            if any(mp.input for mp in plans) else "input-bound: not checked (give --cpus-per-gpu to cap runs at "
+                                                   "the measured input rate)",
+            "details follow", ""]
+
+
 def published_check(p: Params) -> list[str]:
     """GFLOPs per exit of every SparseFormer (dataset, model) beside the published ones (fvcore convention)."""
     import torch

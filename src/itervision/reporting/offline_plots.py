@@ -5,6 +5,9 @@ over the npm registry because it installs with the rest of the venv and needs no
 page, and DVC fills an HTML template that loads that file instead of the CDN.
 
     python -m itervision.reporting.offline_plots [--out dvc_plots]     # then open dvc_plots/index.html
+    python -m itervision.reporting.offline_plots --rev main~2          # the workspace against a revision
+                                                                       # (`dvc plots diff`: both drawn, a line
+                                                                       # style per revision)
 """
 from __future__ import annotations
 
@@ -66,14 +69,20 @@ def write_page(out: Path) -> Path:
 def main(argv=None):
     ap = ArgumentParser(prog="python -m itervision.reporting.offline_plots", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="dvc_plots", help="folder of the page (default dvc_plots)")
+    ap.add_argument("--rev", action="append", default=[], metavar="REV",
+                    help="draw the workspace against this git revision or DVC experiment (dvc plots diff; repeat "
+                         "for several)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     template = write_page(out)
-    r = subprocess.run([sys.executable, "-m", "dvc", "plots", "show", "--html-template", str(template), "-o",
+    what = ["diff", *args.rev] if args.rev else ["show"]
+    r = subprocess.run([sys.executable, "-m", "dvc", "plots", *what, "--html-template", str(template), "-o",
                         str(out)], capture_output=True, text=True)
     if r.returncode:
-        raise UserError(f"dvc plots show failed: {(r.stderr or r.stdout).strip().splitlines()[-1]}")
-    print(f"{out / 'index.html'}: every dvc plot, no network needed (open it in a browser)")
+        last = ((r.stderr or r.stdout).strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"dvc plots {what[0]} failed: {last}")
+    against = f" (the workspace against {', '.join(args.rev)})" if args.rev else ""
+    print(f"{out / 'index.html'}: every dvc plot{against}, no network needed (open it in a browser)")
 
 
 if __name__ == "__main__":
