@@ -7,6 +7,7 @@ FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # What a user types on the command line reaches a recipe through the environment ("$$NAME"), never pasted into the
 # shell line, so a value holding ; $( ) or quotes stays one argument (CLAIM='a;touch x' runs nothing).
+TEST_WORKERS ?= 2
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
 	CPUS_PER_GPU IMAGENET REV TEST_WORKERS OUT
 
@@ -43,8 +44,7 @@ status-clean:
 
 # The whole suite: two pytest-xdist workers (the built tiny repository is shared between them, tests/conftest.py),
 # then the tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine). TEST_WORKERS=0 runs
-# the first lane in one process.
-TEST_WORKERS ?= 2
+# the first lane in one process (TEST_WORKERS is set at the top of this file).
 # The whole pipeline at the tiny scale in a few minutes, in a copy of this checkout (OUT, default
 # /tmp/itervision-demo): a first look that leaves this workspace as it is.
 demo: setup

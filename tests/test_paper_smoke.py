@@ -21,7 +21,8 @@ PY = sys.executable
 
 def reduced_overlay() -> dict:
     raw = render_scale("paper-smoke", ROOT)
-    raw["recursive"].update(datasets=["cifar10"], main=["sa-mlp", "dsa-moe"], ablations=[], ablation_datasets=[],
+    raw["recursive"].update(datasets=["cifar10"], main=["sa-mlp", "dsa-moe"], one_pass="", ablations=[],
+                            ablation_datasets=[],
                             k_ablation=[], depth_ablation=[], embedding_ablation=[])
     raw["sparseformer"].update(datasets=["imagenet100"], ablation_datasets=["imagenet100"],
                                main=["sf-static-9", "sf-recurrent"], ablations=["sf-recurrent-nomem"],

@@ -600,6 +600,13 @@ def local_cluster(workers: int, threads: int, gpus_per_worker: int = 0):
     # a Ctrl-C in the terminal then reaches the coordinator alone, which prints one line and closes them, instead
     # of every worker printing a KeyboardInterrupt traceback.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a dashboard port taken by another Dask process on this machine is Dask's business, not a line of ours: quiet
+    # here and in the worker processes (which inherit the environment)
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+    os.environ["PYTHONWARNINGS"] = ",".join(x for x in (os.environ.get("PYTHONWARNINGS"), "ignore:Port:UserWarning")
+                                             if x)
     try:
         return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
                            silence_logs=40)
