@@ -7,7 +7,9 @@ FMNIST_DEB := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # What a user types on the command line reaches a recipe through the environment ("$$NAME"), never pasted into the
 # shell line, so a value holding ; $( ) or quotes stays one argument (CLAIM='a;touch x' runs nothing).
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make test / test-fast (0: one process). On this 2-core machine two workers were slower
+# than one process (every test's torch already uses both cores: docs/performance.md); give more where there are more.
+TEST_WORKERS ?= 0
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
 	CPUS_PER_GPU IMAGENET REV TEST_WORKERS OUT
 
@@ -42,9 +44,9 @@ status-clean:
 	@out=$$(dvc status 2>&1); echo "$$out"; echo "$$out" | grep -q "Data and pipelines are up to date" \
 	  || { echo "error: dvc status is not clean after the run: the workspace is stale; run make repro again"; exit 1; }
 
-# The whole suite: two pytest-xdist workers (the built tiny repository is shared between them, tests/conftest.py),
-# then the tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine). TEST_WORKERS=0 runs
-# the first lane in one process (TEST_WORKERS is set at the top of this file).
+# The whole suite on TEST_WORKERS pytest-xdist workers (set at the top of this file; the built tiny repository is
+# shared between them, tests/conftest.py), then the tests that measure wall-clock alone (marked serial; exit 5,
+# none selected, is fine).
 # The whole pipeline at the tiny scale in a few minutes, in a copy of this checkout (OUT, default
 # /tmp/itervision-demo): a first look that leaves this workspace as it is.
 demo: setup

@@ -101,7 +101,7 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
         claimed = claimed_setting(dataset)
         return {"fidelity": fidelity(claimed, tested), "claimed": describe(claimed), "tested": describe(tested)}
 
-    out, fitted = [], fitted_choices()
+    out, fitted, computations = [], fitted_choices(), {}
     for (ds, row, q), value in ref.items():
         if q == "gflops" and ours.model_of(row):
             model, exit_index = ours.model_of(row)
@@ -109,8 +109,10 @@ def claims(agg: dict, paper: dict, ref: dict) -> list[Claim]:
             figure = fig[exit_index] if fig else None
             chosen = fitted.get(ds, [])
             # one computation, one row: published rows whose configurations count the same operations (round 1
-            # and the static model with as many tokens) share one entry
-            test_id = f"{ds}: {figure:.6g} GFLOPs" if figure is not None else f"003-{ds}-{_slug(row)}-gflops"
+            # and the static model with as many tokens)
+            # share one entry, named after the first of them
+            test_id = computations.setdefault((ds, f"{figure:.6g}"), f"003-{ds}-{_slug(row)}-gflops") \
+                if figure is not None else f"003-{ds}-{_slug(row)}-gflops"
             how = "fvcore count at the paper configuration, published convention (metrics/paper_costs.json)"
             if chosen:
                 how += "; " + "; ".join(f"{c['setting']} = {c['value']} {c['because']}" for c in chosen)
