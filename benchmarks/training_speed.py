@@ -21,7 +21,8 @@ import time
 import torch
 
 from itervision.data.loaders import describe_prepared, train_batches
-from itervision.engine.recipe import SoftTargets, build_optimizer, lr_schedule, step_loss
+from itervision.engine.interleaved import training_step
+from itervision.engine.recipe import lr_schedule
 from itervision.layout import prepared_dir
 from itervision.config.matrix import model_datasets, model_spec, run_spec
 from itervision.models.registry import build_model
@@ -30,25 +31,8 @@ from itervision.config.scales import render_scale
 
 
 def step_fn(model, train, num_classes, schedule=None):
-    """One training step as stages/run.py takes it; `schedule` (step -> lr) sets the lr of each step."""
-    opt = build_optimizer(model, train)
-    targets = SoftTargets(train, num_classes)
-    weights = torch.tensor(model.exit_loss_weights())
-    taken = [0]
-
-    def step(img, target):
-        if schedule is not None:
-            for group in opt.param_groups:
-                group["lr"] = schedule(taken[0])
-            taken[0] += 1
-        img, soft = targets(img, target)
-        out = model(img)
-        loss = step_loss(out, soft, weights)[0]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train.clip_grad or 1e9)
-        opt.step()
-    return step
+    """One training step as stages/run.py takes it (engine/interleaved.training_step, which the timing stage uses)."""
+    return training_step(model, train, num_classes, schedule)
 
 
 def timed(fn, batches, warmup=2) -> float:
