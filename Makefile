@@ -22,7 +22,7 @@ export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER 
 # so only what the committed code produced), `dvc repro` runs under the workspace lock with "stage k of N, ETA"
 # lines, its closing status must be clean, and new outputs are pushed after (PUSH=0: not).
 PUSH ?= 1
-repro: setup
+repro: $(STAMP) data
 	$(PY) -m itervision.pipeline.repro $(if $(filter 0,$(PUSH)),--no-push)
 
 # Every stage that is not up to date, independent ones side by side on local Dask workers (WORKERS=N; default
@@ -61,11 +61,13 @@ test: setup
 	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not serial"
 	$(PY) -m pytest -q -m serial || [ $$? = 5 ]
 
-# The fast lane: every test but the end-to-end ones (a built DVC repository, torchrun), in parallel as above.
+# The fast lane: every test but those marked slow (end-to-end: a built DVC repository, torchrun, a training run in a
+# subprocess; and anything over ~3 s here), in parallel as above.
 test-fast: setup
 	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
 	$(PY) -m pytest -q -m "serial and not slow" || [ $$? = 5 ]
 
+# make repro needs the venv and the dataset only; the browser serves the report test (make test).
 setup: $(STAMP) data browser
 
 # The venv is (re)built when missing or older than pyproject.toml; a no-op otherwise.

@@ -116,6 +116,7 @@ def test_set_scale_out_a_folder_is_one_line(tmp_path):
     assert_one_line(run(ROOT, "stages/set_scale.py", "tiny", "--out", str(tmp_path)), "is a folder")
 
 
+@pytest.mark.slow
 def test_evaluate_only_refuses_weights_trained_under_another_config(tmp_path):
     """Silent wrong result of the past: --evaluate-only scored old weights under a changed resolved config."""
     import json
@@ -150,6 +151,7 @@ def test_a_second_process_on_the_same_run_fails_in_one_line(tmp_path, monkeypatc
     assert not (tmp_path / "runs/recursive/fashion_mnist/sa-mlp/seed0").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_path):
     # 40 epochs with a checkpoint at the first curve point (step 20 of 800): the signal lands with most of the
     # run still to go. The child gets SIGINT's default back: pytest started in the background by a
@@ -172,6 +174,7 @@ def test_ctrl_c_during_a_run_is_one_line_and_leaves_no_complete_looking_run(tmp_
     assert not (tmp_path / "runs/recursive/fashion_mnist/dsa-moe/seed0").exists()  # only the hidden staging folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["file-size-limit", "not-a-folder"])
 def test_a_full_disk_or_unwritable_run_folder_is_one_line(tmp_path, fault):
     """ulimit -f (a write fails part-way, as on a full disk) or a file where the run folder must go."""
@@ -250,6 +253,7 @@ def test_prepared_data_that_does_not_match_its_manifest(tmp_path):
     assert_one_line(r, "does not match the checksum in manifest.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", ["list", "garbage", "tensor"])
 def test_foreign_checkpoint(tmp_path, content):
     prepare(tmp_path)
@@ -267,6 +271,7 @@ def test_foreign_checkpoint(tmp_path, content):
     assert "rm -r checkpoints/recursive/fashion_mnist/sa-mlp/seed0" in r.stderr
 
 
+@pytest.mark.slow
 def test_stale_temp_files_of_interrupted_writes_are_removed(tmp_path):
     prepare(tmp_path)
     ckdir = tmp_path / "checkpoints/recursive/fashion_mnist/sa-mlp/seed0"

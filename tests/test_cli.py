@@ -1,5 +1,6 @@
 """Command-line behaviour: describe figures, one-line errors, the regression gate, scales, the paper plan."""
 import json
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ def run(*args, cwd=ROOT, env=None):
     return subprocess.run([PY, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 def test_describe_paper_scale_reproduces_the_published_efficiency_figures():
     r = run("-m", "itervision.planning.describe", "--model", "sa-mlp", "--scale", "paper", "--json", "--no-fvcore")
     assert r.returncode == 0, r.stderr
@@ -135,6 +137,7 @@ def test_scales_render_and_cpu_params_are_the_shipped_file(tmp_path):
     assert run("stages/set_scale.py", "huge", "--out", str(tmp_path / "x.yaml")).returncode == 2
 
 
+@pytest.mark.slow
 def test_paper_plan_fast_checks_structure_roots_and_cost(tmp_path):
     r = run("stages/check_paper_plan.py", "--scale", "paper", "--fast")
     assert r.returncode == 0, r.stderr
@@ -148,6 +151,7 @@ def test_paper_plan_fast_checks_structure_roots_and_cost(tmp_path):
     assert line.split()[6] == "128" and "estimate" in line.split()
 
 
+@pytest.mark.slow
 def test_paper_plan_uses_measured_rates_where_a_gpu_benchmark_has_them(tmp_path):
     """Hours from measured images/s at the per-GPU batch (interpolated in log batch), labelled and sourced; the
     rest stay FLOP estimates."""
@@ -201,12 +205,14 @@ def test_makespan_is_list_scheduling_of_whole_runs_on_gpu_groups():
     assert makespan([plan(4, 8.0)], 16, 0.1) == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_every_stage_script_has_help():
     for script in sorted((ROOT / "stages").glob("[a-z]*.py")):
         r = run(str(script), "--help")
         assert r.returncode == 0 and "usage" in r.stdout, script.name
 
 
+@pytest.mark.slow
 def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_runs_tests():
     """`make test` runs the suite on pytest-xdist workers less the tests marked serial, then those alone;
     `make test-fast` the same without the slow ones. The lanes partition the suite."""
@@ -219,14 +225,24 @@ def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_
     assert [r.split("-m pytest ")[1] for r in recipes("test-fast")] == [
         '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -m "serial and not slow" || [ $? = 5 ]']
 
-    def collected(*args):
-        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args], cwd=ROOT,
-                             capture_output=True, text=True).stdout
-        return {line.split(" ")[0] for line in out.splitlines() if "::" in line}
+    # one collection with every test's markers (tests/lane_markers.py); each lane's -m expression is evaluated by
+    # pytest's own expression code, as `pytest -m` evaluates it
+    from _pytest.mark.expression import Expression
 
-    everything, fast, slow = collected(), collected("-m", "not slow"), collected("-m", "slow")
-    assert fast and slow and fast.isdisjoint(slow) and fast | slow == everything
-    parallel, serial = collected("-m", "not serial"), collected("-m", "serial")
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "lane_markers"], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")}).stdout
+    marks = {node: set(names.split(",")) - {""}
+             for _, node, names in (line.split("\t") for line in out.splitlines() if line.startswith("LANE\t"))}
+
+    def collected(expression=None):
+        if expression is None:
+            return set(marks)
+        rule = Expression.compile(expression)
+        return {node for node, m in marks.items() if rule.evaluate(lambda name, **kw: name in m)}
+
+    everything, fast, slow = collected(), collected("not slow"), collected("slow")
+    assert len(everything) > 400 and fast and slow and fast.isdisjoint(slow) and fast | slow == everything
+    parallel, serial = collected("not serial"), collected("serial")
     assert serial and parallel.isdisjoint(serial) and parallel | serial == everything
     # pytest-xdist itself refuses to run when its workers collect different tests ("Different tests were
     # collected between gw0 and gw1"), so the parallel lane runs exactly `parallel`

@@ -100,6 +100,7 @@ def sha(path: Path) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_interval_changes_no_weight(tmp_path):
     """Checkpoints at every curve point and epoch end, or time-based (here: at every read of the losses), give the
     same weights and predictions: checkpoints are a hardware knob."""
@@ -222,6 +223,7 @@ def test_the_lock_works_without_flock(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------- heartbeat
 
+@pytest.mark.slow
 def test_a_run_beats_its_heartbeat_while_it_trains(tmp_path):
     prepare(tmp_path)
     beat = tmp_path / "beat.json"

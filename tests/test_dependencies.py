@@ -82,6 +82,7 @@ def _runtime_imports(cwd: Path, script: str, *args: str) -> set[str]:
     return {str(Path(f).resolve().relative_to(ROOT)) for f in line.split()[1:]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study,model", [("recursive", "dsa-moe"), ("sparseformer", "sf-recurrent")])
 def test_what_a_run_imports_when_it_runs_is_declared(tmp_path, study, model):
     """The static closure plus the family file covers every module the run stage loads at run time."""

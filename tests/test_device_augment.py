@@ -329,6 +329,7 @@ def test_the_shard_evaluation_set_is_val_and_holdout(sharded):
     assert n == summary["totals"]["val"] + summary["totals"]["holdout"]
 
 
+@pytest.mark.slow
 def test_the_input_rate_benchmark_runs_at_a_tiny_size(tmp_path):
     """benchmarks/input_speed.py (`make input-benchmark`) on a few photos: a rate per path and dataset, the CPU
     named, and a file the plan reads (planning/plan.load_input_rates)."""

@@ -86,6 +86,7 @@ def test_run_overhead_is_start_up_plus_evaluation_per_run_and_skips_runs_without
     assert speed["overhead_seconds"]["n"] == 2 and speed["evaluate_seconds"]["n"] == 3
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_mid_epoch_and_ends_like_an_uninterrupted_run(tmp_path):
     repos = []
     for name in ("killed", "clean"):
@@ -108,6 +109,7 @@ def test_killed_run_resumes_mid_epoch_and_ends_like_an_uninterrupted_run(tmp_pat
     assert [r["loss"] for r in a["log"]] == [r["loss"] for r in b["log"]] and a["curve"] == b["curve"]
 
 
+@pytest.mark.slow
 def test_changed_training_data_retrains_instead_of_resuming(tmp_path):
     """Silent wrong result of the past: a checkpoint resumed after its data changed."""
     script = str(ROOT / "tests" / "train_with_fault.py")
@@ -129,6 +131,7 @@ def test_changed_training_data_retrains_instead_of_resuming(tmp_path):
     assert same_weights(weights(tmp_path / run), weights(fresh / run))
 
 
+@pytest.mark.slow
 def test_a_completed_run_leaves_no_checkpoint(repo):
     out = run_py(repo, str(ROOT / "stages/run.py"), "--study", "recursive", "--dataset", "fashion_mnist", "--model",
                  "sa-mlp", "--seed", "0", "--quiet")
@@ -142,6 +145,7 @@ def test_a_completed_run_leaves_no_checkpoint(repo):
     assert len(config["data"]["fingerprint"]) == 16 and len(config["fingerprint"]) == 16
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
     prepare(tmp_path, curve_points=4)
     r = run_py(tmp_path, str(ROOT / "tests" / "train_with_fault.py"), "sa-mlp", "0", "nan", "22")

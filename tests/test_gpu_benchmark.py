@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT
 from itervision.config.matrix import model_spec, run_spec, study_models
 from itervision.config.params import check_params
@@ -22,6 +24,7 @@ def bench(out, budget):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_measures_what_the_placement_needs_first(tmp_path):
     p = check_params(render_scale("tiny"))
     pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
@@ -47,6 +50,7 @@ def test_the_gpu_benchmark_measures_what_the_placement_needs_first(tmp_path):
     assert fed["input_path"]["augment_on"] == "host"
 
 
+@pytest.mark.slow
 def test_a_cut_short_benchmark_keeps_what_it_measured(tmp_path):
     """A budget that ends after the first few figures (a job starts only with 10 s left: a budget of 12 s leaves
     about two seconds of work): the file holds them and names every job it skipped; a second run on the same

@@ -30,6 +30,7 @@ def run_env(cwd, env, *args):
 
 # ---------------------------------------------------------------------------------------------- 1. CPU capability
 
+@pytest.mark.slow
 def test_the_recipes_cpu_pin_wins_over_the_callers_environment(tmp_path):
     """ATEN_CPU_CAPABILITY=default (and oneDNN/MKL asked for older code paths) changed the weights of a run; with
     train.cpu_capability pinned, the caller's environment changes nothing, and the run records what it ran on."""
@@ -183,6 +184,7 @@ def test_per_seed_accuracies_are_range_checked_where_read(tmp_path, monkeypatch)
             record.metrics()
 
 
+@pytest.mark.slow
 def test_foreign_weights_are_refused_and_leave_no_staging_folder(tmp_path):
     """A weights.pt of dsa-moe-k2 (the same shapes) in a dsa-moe run folder was scored and its metrics rewritten."""
     prepare(tmp_path)

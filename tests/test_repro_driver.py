@@ -102,10 +102,33 @@ def test_a_push_at_the_same_dvc_lock_is_not_asked_again(tmp_path, monkeypatch):
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
     pushes = []
     monkeypatch.setattr(remote, "push", lambda: pushes.append(1) or "pushed 3 files")
-    monkeypatch.setattr(remote, "default_remote", lambda repo: ("store", "/some/where"))
+    store, other = tmp_path / "store", tmp_path / "other"
+    store.mkdir()
+    other.mkdir()
+    monkeypatch.setattr(remote, "default_remote", lambda repo: ("store", str(store)))
     assert repro.push_once(remote) == "pushed 3 files"
     assert "at the last push: nothing pushed" in repro.push_once(remote) and len(pushes) == 1
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {a: {cmd: x}}\n")
     assert repro.push_once(remote) == "pushed 3 files" and len(pushes) == 2
-    monkeypatch.setattr(remote, "default_remote", lambda repo: ("other", "/else/where"))
+    monkeypatch.setattr(remote, "default_remote", lambda repo: ("other", str(other)))
     assert repro.push_once(remote) == "pushed 3 files" and len(pushes) == 3
+    other.rmdir()  # the remote folder removed since the last push: its outputs are gone, so push again
+    assert repro.push_once(remote) == "pushed 3 files" and len(pushes) == 4
+
+
+def test_nothing_changed_since_the_last_clean_status_means_no_dvc_at_all(driver, capsys):
+    """With the up-to-date stamp intact (pipeline/uptodate.py), the no-op path asks DVC nothing: no status, no
+    lock check, and the push decision from the stamp's remote."""
+    repro, calls, count, monkeypatch = driver
+    from itervision.pipeline import lockfiles, remote, uptodate
+
+    monkeypatch.setattr(uptodate, "still_clean", lambda: {"remote": ["local", None]})
+    monkeypatch.setattr(repro, "_status", count("status", {}))
+    monkeypatch.setattr(repro, "reproduce", count("reproduce", []))
+    monkeypatch.setattr(lockfiles, "repair", count("repair", []))
+    monkeypatch.setattr(remote, "default_remote", lambda repo: pytest.fail("DVC's repository opened"))
+    calls["repair"] = 0
+    repro.main([])
+    out = capsys.readouterr().out
+    assert calls == {"status": 0, "pull": 0, "push": 1, "reproduce": 0, "repair": 0}
+    assert "Data and pipelines are up to date." in out and "0 stages run (0 training runs)" in out

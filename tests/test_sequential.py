@@ -94,6 +94,7 @@ def simulate(rng, mu: float, sd: float, effect: float, n0: int, interim: bool, r
     return rejected / runs, float(np.mean(planned))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interim", [False, True])
 def test_the_procedure_keeps_its_error_rate_under_the_null(interim):
     """2,000 experiments at the CPU scale's pilot (n 5, SD 0.55 points: DSA-MoE - SA-MLP) and its published effect
@@ -103,6 +104,7 @@ def test_the_procedure_keeps_its_error_rate_under_the_null(interim):
     assert rate <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / 2000), rate
 
 
+@pytest.mark.slow
 def test_the_error_rate_holds_at_any_pilot():
     """The case that broke the old design (max n from the pilot's SD, the pilot's seeds in the test: 0.0665 +-
     0.0012 at a pilot of 5 with the effect 1.2 SD): pilots of 3, 4 and 5 seeds, planned effects of 0.5, 1 and 2
@@ -122,6 +124,7 @@ def test_the_error_rate_holds_at_any_pilot():
     assert worst <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / 1000), rates
 
 
+@pytest.mark.slow
 def test_the_procedure_reaches_its_planned_power_at_the_published_effect():
     """The same procedure with the published effect true: power at least the planned 0.80 within Monte-Carlo
     error (the max n from the SD's upper limit makes it higher on average)."""

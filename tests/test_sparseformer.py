@@ -204,6 +204,7 @@ def test_cost_of_each_exit_against_a_hand_count():
     assert complete - count_flops(m, img, 0)["flops"] == pytest.approx(mixing, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_paper_configurations_match_published_gflops():
     img200, img100 = torch.zeros(1, 3, 192, 192), torch.zeros(1, 3, 160, 160)
     in200 = dict(num_classes=200, img_size=192, cortex_depth=5)

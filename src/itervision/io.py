@@ -67,6 +67,24 @@ def save_torch(path, obj) -> None:
             raise OSError(28, f"writing failed: {str(err).splitlines()[0][:160]}", str(path)) from None
 
 
+def write_npz(path, arrays: dict, compress: bool = False) -> None:
+    """np.savez(_compressed), atomically and byte-reproducibly: numpy stamps every member of the zip with the
+    time of writing (no option turns that off), so the same arrays written twice differed and DVC reran every
+    stage downstream. Here each member carries the zip format's earliest date instead; np.load reads it as usual."""
+    import zipfile
+
+    import numpy as np
+
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with atomic_path(path) as tmp:
+        with zipfile.ZipFile(tmp, "w", compression=method, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = method
+                with zf.open(info, "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+
+
 def write_json(path, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from itervision.errors import UserError
-from itervision.io import atomic_path, commit_dir, exclusive_lock, read_json_file, save_torch, write_json
+from itervision.io import commit_dir, exclusive_lock, read_json_file, save_torch, write_json, write_npz
 from itervision.layout import checkpoint_dir, model_dir
 from itervision.names import profile_stage_name, run_stage_name
 
@@ -119,9 +119,7 @@ class RunRecord:
     def write_predictions(self, per_split: dict) -> None:
         """per_split[split] = {"pred": (N, E) int, "prob": (N, E) float, "label": (N,) int}."""
         arrays = {f"{split}__{k}": v for split, d in per_split.items() for k, v in d.items()}
-        with atomic_path(self.path(PREDICTIONS)) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays)
+        write_npz(self.path(PREDICTIONS), arrays, compress=True)
 
     def write_metrics(self, metrics: dict) -> None:
         write_json(self.path(METRICS), metrics)  # written last: its presence marks a complete run

@@ -26,7 +26,7 @@ from itervision.data.shards import ShardImage, write_index, write_shards
 from itervision.data.source_list import source_files
 from itervision.data.sources import load_source, read_class_list
 from itervision.errors import UserError
-from itervision.io import commit_dir, fresh_temp_dir, write_json
+from itervision.io import commit_dir, fresh_temp_dir, write_json, write_npz
 
 SPLITS = ("train", "calib", "test")
 
@@ -91,7 +91,7 @@ def subset_torchvision(name: str, out: str | Path, *, classes="all", train_per_c
         ids = ids[rng.permutation(len(ids))]  # a seeded random order: any prefix is a sample of every class
         x = np.ascontiguousarray(images[ids])
         y = np.array([remap[int(v)] for v in labels[ids]], dtype=np.int64)
-        np.savez(tmp / f"{split}.npz", images=x, labels=y, source_index=ids.astype(np.int64))
+        write_npz(tmp / f"{split}.npz", {"images": x, "labels": y, "source_index": ids.astype(np.int64)})
         manifest["splits"][split] = {
             "file": f"{split}.npz", "source_split": src_split, "count": int(len(y)),
             "per_class": np.bincount(y, minlength=len(class_idx)).tolist(),

@@ -1,5 +1,6 @@
-"""`make repro` in one process: check params, repair the dvc.lock files, warn on another stack, then one
-`dvc status`; when it is clean, nothing else runs but the push (the no-op path: one status, a few seconds);
+"""`make repro` in one process: check params, warn on another stack; when nothing changed since the last clean
+`dvc status` (the up-to-date stamp, pipeline/uptodate.py), say so without starting DVC (the no-op path, about a
+second); else repair the dvc.lock files and ask `dvc status` once; when it is clean, nothing else runs but the push;
 otherwise pull what the remote holds, reproduce under the workspace lock with a "run k of N, elapsed, ETA" line
 before every stage that runs, check that `dvc status` is clean after it, push, and close with a summary (stages
 run, runs trained, outputs pulled; where the results are).
@@ -21,11 +22,22 @@ RESULTS = "metrics/claims.md (start here), metrics/, plots/, reports/index.html"
 
 
 def _status(root: str = ".") -> dict:
-    """`dvc status` through DVC's API: {stage: changes} of every stage that is not up to date."""
+    """`dvc status` through DVC's API: {stage: changes} of every stage that is not up to date. A clean status
+    leaves the up-to-date stamp (pipeline/uptodate.py) of what DVC looked at, which the next no-op reads instead."""
+    from pathlib import Path
+
     from dvc.repo import Repo
 
+    from itervision.pipeline import uptodate
+
     with Repo(root) as repo:
-        return repo.status()
+        before = uptodate.snapshot(repo, Path(root))
+        stale = repo.status()
+    if stale:
+        uptodate.forget(Path(root))
+    else:
+        uptodate.record(before, Path(root))
+    return stale
 
 
 def _stages_to_run(repo, stale: dict) -> list[str]:
@@ -100,20 +112,25 @@ def _lock_digest() -> str:
     return h.hexdigest()
 
 
-def push_once(remote) -> str:
+def push_once(remote, default: tuple[str | None, str | None] | None = None) -> str:
     """remote.push(), unless the last push from this workspace went to the same remote at exactly these dvc.lock
-    files (then every output they record is there already: asking the remote again costs 3 s of every no-op)."""
+    files (then every output they record is there already: asking the remote again costs 3 s of every no-op).
+    `default`: the default remote's (name, url) when the caller knows it (the up-to-date stamp records it), so the
+    no-op path never imports DVC."""
     from pathlib import Path
 
-    from dvc.repo import Repo
+    if default is None:
+        from dvc.repo import Repo
 
-    try:
-        name, url = remote.default_remote(Repo("."))
-    except Exception:  # no DVC repository here, a broken config: push() says what is wrong
-        return remote.push()
+        try:
+            default = remote.default_remote(Repo("."))
+        except Exception:  # no DVC repository here, a broken config: push() says what is wrong
+            return remote.push()
+    name, url = default
     mark = f"{_lock_digest()} {url}"
     path = Path(PUSHED)
-    if url and path.exists() and path.read_text().strip() == mark:
+    local_gone = url and remote.is_local(url) and not Path(url.removeprefix("file://")).is_dir()
+    if url and not local_gone and path.exists() and path.read_text().strip() == mark:
         return f"DVC remote '{name}' ({url}) got every output of these dvc.lock files at the last push: nothing pushed"
     said = remote.push()
     if url and "not reachable" not in said:
@@ -128,33 +145,40 @@ def summary(ran: list[str], pulled: str, seconds: float) -> str:
             f"{RESULTS}")
 
 
+def _dvc_logging() -> None:
+    """DVC's own messages (stage skipped / running, lock updated) as `dvc repro` prints them."""
+    import logging
+
+    from dvc.logger import setup
+
+    if not logging.getLogger("dvc").handlers:  # importing DVC may have set its console up already: not twice
+        setup()
+
+
 @cli_entry
 def main(argv=None):
     ap = ArgumentParser(prog="python -m itervision.pipeline.repro", description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-push", action="store_true", help="leave new outputs out of the DVC remote (PUSH=0)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
-    from dvc.logger import setup as dvc_logging
-
     from itervision.config.params import DEFAULT_PARAMS, load_params
-    from itervision.pipeline import lockfiles, provenance, remote
+    from itervision.pipeline import lockfiles, provenance, remote, uptodate
     from itervision.pipeline.workspace import hold
 
-    import logging
-
-    if not logging.getLogger("dvc").handlers:  # importing DVC may have set its console up already: not twice
-        dvc_logging()  # DVC's own messages (stage skipped / running, lock updated) as `dvc repro` prints them
     p = load_params(DEFAULT_PARAMS)
     print(f"{DEFAULT_PARAMS}: {p.scale} scale, checked")
-    for line in lockfiles.repair():
-        print(line, file=sys.stderr)
     try:
         provenance.main()
     except Exception as err:  # a warning only, never a reason to stop
         print(f"warning: provenance not checked ({type(err).__name__}: {err})", file=sys.stderr)
     with hold("make repro"):
-        stale = _status()
-        if not stale:  # the no-op path: one status call, nothing pulled or run
+        stamp = uptodate.still_clean()  # nothing changed since the last clean `dvc status`: DVC is not started
+        if stamp is None:
+            _dvc_logging()
+            for line in lockfiles.repair():
+                print(line, file=sys.stderr)
+            stale = _status()
+        if stamp is not None or not stale:  # the no-op path: at most one status call, nothing pulled or run
             print("Data and pipelines are up to date.")
             pulled = "nothing pulled (up to date)"
             ran = []
@@ -173,7 +197,7 @@ def main(argv=None):
                                 "workspace is stale; run make repro again")
             print("Data and pipelines are up to date.")
     if not args.no_push:
-        print(push_once(remote))
+        print(push_once(remote, tuple(stamp["remote"]) if stamp else None))
     print(summary(ran, pulled, time.monotonic() - t0))
 
 
