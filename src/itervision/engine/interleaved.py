@@ -1,8 +1,9 @@
-"""Training time of several models measured as one (stage timing_<study>): each model's run from its start (its
-seed-0 model, batches and lr schedule), taken in chunks of steps round-robin in one process, so that whatever the
-machine does over those minutes falls on every model alike. A ratio is taken per round (model chunk / baseline
-chunk) and summarised over the rounds: two measurements on this machine agree within their intervals where
-timings taken from training runs spread over half an hour did not (docs/performance.md).
+"""Time of several models measured as one (stage timing_<study>), so that whatever the machine does over those
+minutes falls on every model alike: training time (each model's run from its start: its seed-0 model, batches and
+lr schedule, in chunks of steps round-robin in one process), or, for a study whose table is wall-clock per exit,
+inference per exit (every model's exits in turn, round after round). A ratio is taken per round (model /
+baseline) and summarised over the rounds: two measurements on this machine agree within their intervals where
+timings taken from runs spread over half an hour did not (docs/performance.md).
 
 Written here rather than taken from a library: the step is the pipeline's own (engine/recipe.py), and the point is
 the interleaving, which no benchmarking library does across several training loops.
@@ -65,3 +66,40 @@ def interleaved_seconds(members: dict, prepared, chunk: int, rounds: int, seed: 
                 s["step"](img, target)
             s["seconds"].append(time.perf_counter() - t0)
     return {name: s["seconds"] for name, s in state.items()}
+
+
+@torch.inference_mode()
+def interleaved_inference(models: dict, img_size_chans: tuple, batch: int, rounds: int, latency_repeats: int,
+                          seed: int = 0) -> dict:
+    """Wall-clock inference per exit of several models measured as one (stage timing_<study> of an inference
+    study): `rounds` rounds; in each, every model in turn (the order rotating) runs each of its exits once on a
+    batch of `batch` random images (throughput) and `latency_repeats` times on one image (latency, the median
+    kept). {name: {"latency_ms": [[per exit] per round], "images_per_s": [[per exit] per round]}}."""
+    import statistics
+
+    from itervision.evaluation.flops import run_to_exit
+
+    chans, size = img_size_chans
+    big = torch.randn(batch, chans, size, size, generator=torch.Generator().manual_seed(seed))
+    built = {}
+    for name, config in models.items():
+        torch.manual_seed(seed)
+        built[name] = build_model(config).eval()
+    out = {name: {"latency_ms": [], "images_per_s": []} for name in built}
+    names = list(built)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            model, lat, ips = built[name], [], []
+            for e in range(model.num_exits):
+                t0 = time.perf_counter()
+                run_to_exit(model, big, e)
+                ips.append(batch / (time.perf_counter() - t0))
+                one = []
+                for _ in range(latency_repeats):
+                    t0 = time.perf_counter()
+                    run_to_exit(model, big[:1], e)
+                    one.append(time.perf_counter() - t0)
+                lat.append(1e3 * statistics.median(one))
+            out[name]["latency_ms"].append(lat)
+            out[name]["images_per_s"].append(ips)
+    return out

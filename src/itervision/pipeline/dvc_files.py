@@ -128,13 +128,15 @@ def root_file() -> str:
     for name, study in STUDIES.items():
         files = {k: str(v) for k, v in study_metrics(name).items()}
         timing = []
-        if study.interleaved:  # the main models' training time measured as one, on the first dataset
+        if study.interleaved:  # its models timed as one, on the first dataset: training steps, or exits
             from itervision.studies.common import interleaved_file
 
+            training = study.interleaved == "training"
             lines += _stage(f"timing_{name}", cmd=f"python stages/timing.py --study {name}",
                             deps=code_deps(ROOT / "stages/timing.py", *family_files(study))
-                            + ["configs/resolved", "data/prepared"],
-                            params=[f"{name}.main", f"{name}.datasets", f"{name}.baseline"],
+                            + ["configs/resolved"] + (["data/prepared"] if training else []),
+                            params=[f"{name}.main", f"{name}.datasets"]
+                            + ([f"{name}.baseline"] if training else [f"{name}.ablations", f"{name}.target_model"]),
                             meta={"alone": "true"},  # it measures time: a campaign runs it with nothing beside it
                             outs=[(str(interleaved_file(name)), True)])
             timing = [str(interleaved_file(name))]

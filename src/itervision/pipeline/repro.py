@@ -64,6 +64,11 @@ class Progress:
     def __init__(self, planned: list[str]):
         self.planned, self.started, self.done = planned, time.monotonic(), []
 
+    def skip(self, name: str) -> None:
+        """A planned stage DVC will not run (its inputs came out unchanged): off the count."""
+        if name in self.planned:
+            self.planned = [p for p in self.planned if p != name]
+
     def before(self, name: str) -> str:
         k = len(self.done) + 1
         n = max(len(self.planned), k)
@@ -88,7 +93,12 @@ def reproduce(progress: Progress) -> list[str]:
 
     def stage_with_progress(stage, **kwargs):  # DVC's own step (repro_fn), with the progress line before it
         if stage.addressing in planned:
-            print(progress.before(stage.addressing), flush=True)
+            # downstream of a changed stage is only a maybe: a stage whose inputs came out byte-identical is
+            # skipped by DVC, and is then taken off the count instead of announced
+            if kwargs.get("force") or stage.changed():
+                print(progress.before(stage.addressing), flush=True)
+            else:
+                progress.skip(stage.addressing)
         return _reproduce_stage(stage, **kwargs)
 
     with Repo(".") as repo:

@@ -7,9 +7,9 @@ from itervision.studies.sparseformer.schema import SparseFormerStudy
 
 STUDIES = {s.name: s for s in (
     Study("recursive", "Dynamic Sparse Attention and Mixture-of-Experts for Iterative Visual Classification "
-          "(seed document 000)", RecursiveStudy, ("recursive", "encoder"), interleaved=True),
+          "(seed document 000)", RecursiveStudy, ("recursive", "encoder"), interleaved="training"),
     Study("sparseformer", "Active sparse perception: the recurrent SparseFormer (seed document 003)",
-          SparseFormerStudy, ("sparseformer",)),
+          SparseFormerStudy, ("sparseformer",), interleaved="inference"),
 )}
 
 __all__ = ["STUDIES", "Study", "StudyParams"]

@@ -39,7 +39,9 @@ class Study:
     title: str                 # the source document
     schema: type               # a StudyParams subclass
     families: tuple[str, ...]  # model families its runs build (their modules are its runs' code)
-    interleaved: bool = False  # stage timing_NAME: its main models' training time measured as one (Table 2's ratios)
+    # stage timing_NAME measures its models as one: "training" (the main models' training time: the recursive
+    # study's Table 2 ratios) or "inference" (wall-clock per exit: the SparseFormer study's Table 4); "" none
+    interleaved: str = ""
 
     def part(self, name: str):
         """itervision.studies.NAME.<name>: analysis, tables or figures (imported on demand: matplotlib and the

@@ -53,7 +53,8 @@ class Sweeps:
 
 
 def model_rows(sw: Sweeps, models: list, seeds: dict) -> dict:
-    """Table 1: per model, tokens, GFLOPs per exit (two conventions), top-1 per exit; wall-clock from the profile."""
+    """Table 1: per model, tokens, GFLOPs per exit (two conventions), top-1 per exit; wall-clock from the profile
+    (aggregate_dataset replaces it by the interleaved measurement where that timed the model)."""
     out = {}
     for m in models:
         prof = sw.profiles[(sw.dataset, m)]
@@ -69,6 +70,34 @@ def model_rows(sw: Sweeps, models: list, seeds: dict) -> dict:
             "device": prof.get("device", ""), "ece": calibration_per_exit(sw, m, seeds[m]),
         }
     return out
+
+
+def interleaved_timing(dataset: str) -> dict | None:
+    """Stage timing_sparseformer's measurement (every model's exits timed round-robin in one process), when it was
+    taken on this dataset."""
+    from itervision.io import read_json_file
+    from itervision.studies.common import interleaved_file
+
+    path = interleaved_file("sparseformer")
+    if not path.exists():
+        return None
+    d = read_json_file(path, "regenerate it with `dvc repro timing_sparseformer`", required=("kind", "per_exit"))
+    return d if d["kind"] == "inference" and d.get("dataset") == dataset else None
+
+
+def use_interleaved(rows: dict, timed: dict | None) -> dict | None:
+    """Wall-clock per exit from the interleaved measurement where it timed the model (Table 4, the latency
+    frontier), else the profile's (timed once per model, alone); each row says which (`timing_source`)."""
+    for m, row in rows.items():
+        measured = (timed or {}).get("per_exit", {}).get(m)
+        row["timing_source"] = "interleaved" if measured else "profile"
+        if measured:
+            row["latency_ms"] = [r["latency_ms"] for r in measured]
+            row["images_per_s"] = [r["images_per_s"] for r in measured]
+            row["latency_ratio"] = [r["latency_ratio"] for r in measured]
+            row["timing_batch"] = timed["timing_batch"]
+    keys = ("baseline", "rounds", "skipped", "threads", "timing_batch", "latency_repeats")
+    return {k: timed[k] for k in keys} if timed else None
 
 
 def calibration_per_exit(sw: Sweeps, model: str, seeds: list) -> list:
@@ -209,6 +238,7 @@ def aggregate_dataset(p: Params, dataset: str, runs: dict, profiles: dict) -> di
     seeds = {m: seeds_for(p, m, dataset) for m in models}
     sw = Sweeps(runs, profiles, dataset)
     out = {"dataset": dataset, "models": model_rows(sw, models, seeds)}
+    out["interleaved"] = use_interleaved(out["models"], interleaved_timing(dataset))
     cfg = sw.run(rec, seeds[rec][0])["config"]["config"]
     out["setting"] = tested_setting(runs, dataset, rec, seeds[rec], f"focus {cfg['focus_dim']}, cortex "
                                     f"{cfg['cortex_dim']} x {cfg['cortex_depth']}",

@@ -132,19 +132,33 @@ def table5_early_exit(d: dict, ds: str, out_dir: Path) -> None:
 
 
 def table4_wallclock(d: dict, ds: str, out_dir: Path) -> None:
+    inter = d.get("interleaved")
     rows = []
     for m, v in d["models"].items():
         for e in range(len(v["top1"])):
+            ratio = v.get("latency_ratio")
             rows.append([m, e + 1, f"{v['gflops'][e]:.4g}", f"{v['latency_ms'][e]:.2f}",
-                         f"{v['images_per_s'][e]:.0f}", fmt_ci(d["speed"][m]["images_per_s"], 1, 0)
-                         if e == len(v["top1"]) - 1 else ""])
+                         fmt_ci(ratio[e], 1, 3) if ratio else "—", f"{v['images_per_s'][e]:.0f}",
+                         fmt_ci(d["speed"][m]["images_per_s"], 1, 0) if e == len(v["top1"]) - 1 else ""])
     batch = next(iter(d["models"].values()))["timing_batch"]
     device = next(iter(d["models"].values()))["device"]
+    base = inter["baseline"] if inter else "—"
+    if inter:
+        how = (f"Inference measured as one (stage timing_sparseformer, {inter['threads']} threads): every model's "
+               f"exits in turn, {inter['rounds']} rounds (the first {inter['skipped']} left out as warm-up), each "
+               f"exit a batch of {inter['timing_batch']} random images and {inter['latency_repeats']} single "
+               f"images per round; latency and images/s are medians over the rounds, the latency ratio is to "
+               f"{base}'s last exit per round (mean ± 95% t-interval), so the machine's drift falls on every "
+               "model alike.")
+        if any(v.get("timing_source") == "profile" for v in d["models"].values()):
+            how += " Models marked '—' in the ratio column were timed alone (stage profile)."
+    else:
+        how = (f"Inference timed once per model (stage profile, {device}) on random images after warm-up: not "
+               "interleaved, so the machine's load at each model's turn enters its figure.")
     write_table(out_dir / f"table4_wallclock_{ds}", f"Table 4. Wall-clock per exit on this machine ({ds})",
-                ["model", "exit", "GFLOPs", "latency batch 1 (ms, median)",
+                ["model", "exit", "GFLOPs", "latency batch 1 (ms, median)", f"latency / {base} (mean ± 95% CI)",
                  f"inference images/s (batch {batch}, median)", "training images/s (mean ± 95% CI over runs)"],
-                rows, [f"Inference timed once per model (stage profile, {device}) on random images after "
-                       "warm-up; training speed from the runs' logs. Wall-clock varies with the machine's load."])
+                rows, [how + " Training speed from the runs' logs (separate processes: not interleaved)."])
 
 
 def write_tables(agg: dict, out_dir: Path) -> None:
