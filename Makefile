@@ -8,7 +8,8 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # What a user types on the command line reaches a recipe through the environment ("$$NAME"), never pasted into the
 # shell line, so a value holding ; $( ) or quotes stays one argument (CLAIM='a;touch x' runs nothing).
 # pytest-xdist workers of make test / test-fast (0: one process). On this 2-core machine two workers were slower
-# than one process (every test's torch already uses both cores: docs/performance.md); give more where there are more.
+# than one process (the fast lane 163 s against 108 s: docs/performance.md); give more where there are more cores.
+# Either way the tiny repository of the end-to-end tests builds in the background from the start (tests/conftest.py).
 TEST_WORKERS ?= 0
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
 	CPUS_PER_GPU IMAGENET REV TEST_WORKERS OUT

@@ -1,47 +1,80 @@
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Under pytest-xdist every worker is a process of its own: one intra-op thread each, so two workers on two cores do
+# not run four OpenMP threads that wait on each other (a run's own recipe still sets the threads it trains with).
+os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
+
+TESTS = Path(__file__).resolve().parent
+BUILD_TIMEOUT = 1800  # seconds a test waits for the tiny repository before it fails
 
 
-def _build(path):
-    from helpers import make_repo, sh
-
-    make_repo(path)
-    out = sh("dvc repro", path)
-    assert "Running stage 'report_sparseformer'" in out
-    sh("git add -A && git -c user.email=t@t -c user.name=t commit -qm results", path)
-    return path
+def _uses_built_repo(item) -> bool:
+    return "built_repo" in getattr(item, "fixturenames", ())
 
 
-@pytest.fixture(scope="session")
-def built_repo(tmp_path_factory):
-    """A git repository at the tiny scale after a complete `dvc repro`, built once per session (about 3 min).
+def _shared(config) -> Path:
+    """The folder of the session's tiny repository: one per session, seen by every pytest-xdist worker (each worker's
+    base temp folder is a subfolder of the session's)."""
+    base = config._tmp_path_factory.getbasetemp()  # pytest's own per-session folder
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-tiny"
 
-    Under pytest-xdist (`make test` runs two workers) the workers of one session share it: the first to need it
-    builds it in the session's base folder under a file lock, the other waits for it and reads the same repository
-    (tests copy it before changing anything)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
-        return _build(tmp_path_factory.mktemp("tiny") / "repo")
+
+def _start_build(config) -> None:
+    """Start building the tiny repository in a background process, once per session (whichever worker comes first
+    under a file lock), so that it builds while the tests that do not need it run, instead of one test waiting
+    for it (about 2 minutes) with a core idle."""
     import fcntl
 
-    shared = tmp_path_factory.getbasetemp().parent / "built-tiny"  # one folder per session, seen by every worker
-    shared.mkdir(exist_ok=True)
+    shared = _shared(config)
+    shared.mkdir(parents=True, exist_ok=True)
     with open(shared / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # local disk: flock holds here
-        done = shared / "built"
-        if not done.exists():
-            _build(shared / "repo")
-            done.write_text(worker)
-    return shared / "repo"
+        if (shared / "started").exists():
+            return
+        log = open(shared / "build.log", "w")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        env.pop("PYTEST_XDIST_WORKER", None)
+        # the session's first process (the xdist controller, or this pytest): the build stops when it is gone
+        session = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+        proc = subprocess.Popen([sys.executable, "-c", "import sys, helpers; helpers.build_tiny(*sys.argv[1:])",
+                                 str(shared / "repo"), str(session)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        (shared / "started").write_text(str(proc.pid))
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: D103  (the docstring below says it)
     """`make test-fast` (-m "not slow") must not build the tiny repository: a test that uses it and lacks the slow
-    marker is a collection error, not a silent 3-minute fixture in the fast lane."""
-    unmarked = [item.nodeid for item in items
-                if "built_repo" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slow") is None]
+    marker is a collection error, not a silent 2-minute fixture in the fast lane.
+
+    Order (stable within each group): slow tests that do not need the tiny repository, then the rest, then the
+    tests that need it; and when any selected test needs it, its build starts now in the background."""
+    unmarked = [item.nodeid for item in items if _uses_built_repo(item) and item.get_closest_marker("slow") is None]
     if unmarked:
         raise pytest.UsageError(f"{unmarked[0]} uses built_repo without @pytest.mark.slow ({len(unmarked)} such tests)")
+    items.sort(key=lambda it: (_uses_built_repo(it), it.get_closest_marker("slow") is None))
+    if any(_uses_built_repo(it) for it in items) and not config.option.collectonly:
+        _start_build(config)
+
+
+@pytest.fixture(scope="session")
+def built_repo(request):
+    """A git repository at the tiny scale after a complete `dvc repro`, built once per session in the background
+    (about 2 min; pytest_collection_modifyitems starts it) and shared by every test and pytest-xdist worker of the
+    session (tests copy it before changing anything)."""
+    shared = _shared(request.config)
+    if not (shared / "started").exists():  # selected after collection (a plugin's own reordering): build now
+        _start_build(request.config)
+    deadline = time.monotonic() + BUILD_TIMEOUT
+    while not (shared / "built").exists():
+        if (shared / "failed").exists() or time.monotonic() > deadline:
+            log = (shared / "build.log").read_text(errors="replace")[-3000:]
+            pytest.fail(f"the tiny repository did not build ({shared / 'build.log'}):\n{log}")
+        time.sleep(1)
+    return shared / "repo"

@@ -215,7 +215,7 @@ def test_a_pipeline_process_left_by_a_killed_wrapper_is_found_and_named(tmp_path
     fake = tmp_path / "dvc"
     fake.write_text("#!/bin/sh\nsleep 60\n")
     fake.chmod(0o755)
-    orphan = subprocess.Popen([str(fake), "repro"], cwd=tmp_path)
+    orphan = subprocess.Popen([str(fake), "repro"], cwd=tmp_path, start_new_session=True)
     monkeypatch.chdir(tmp_path)
     try:
         with pytest.raises(UserError, match=rf"\(PID {orphan.pid}\) still runs in this workspace.*kill {orphan.pid}"):
@@ -223,8 +223,17 @@ def test_a_pipeline_process_left_by_a_killed_wrapper_is_found_and_named(tmp_path
                 pass
         assert not (tmp_path / "lock").exists()  # refused: no lock left behind
     finally:
-        orphan.kill()
+        # the shell and the child it forks for `sleep` (which carries the shell's command line until it execs)
+        import signal
+        import time
+
+        os.killpg(orphan.pid, signal.SIGKILL)
         orphan.wait()
+        from itervision.pipeline.workspace import pipeline_processes
+
+        deadline = time.monotonic() + 10
+        while pipeline_processes(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
     with hold("make repro", tmp_path / "lock"):
         assert (tmp_path / "lock").exists()
 

@@ -132,3 +132,17 @@ def test_nothing_changed_since_the_last_clean_status_means_no_dvc_at_all(driver,
     out = capsys.readouterr().out
     assert calls == {"status": 0, "pull": 0, "push": 1, "reproduce": 0, "repair": 0}
     assert "Data and pipelines are up to date." in out and "0 stages run (0 training runs)" in out
+
+
+def test_a_planned_stage_that_dvc_skips_is_taken_off_the_count(monkeypatch):
+    """Downstream of a changed stage is a maybe: where DVC skips a stage (its inputs came out byte-identical) the
+    count shrinks instead of announcing it."""
+    from itervision.pipeline import repro
+
+    clock = iter([0.0, 0.0, 10.0])
+    monkeypatch.setattr(repro.time, "monotonic", lambda: next(clock))
+    p = repro.Progress(["configure", "run_a", "run_b", "aggregate"])
+    assert p.before("configure") == "itervision: stage 1 of 4: configure (elapsed 0:00)"
+    p.skip("run_a")
+    p.skip("run_b")
+    assert p.before("aggregate") == "itervision: stage 2 of 2: aggregate (elapsed 0:10, ETA 0:10)"

@@ -232,3 +232,22 @@ def test_bad_config_is_rejected():
         sf_config(cortex_depth=2, memory_at=3)
     assert sf_config(memory=False).memory_at is None and sf_config(rounds=[9]).earlier_weight is None
     assert isinstance(sf_config(), SparseFormerConfig)
+
+
+def test_interleaved_inference_times_every_exit_of_every_model_in_each_round():
+    """Stage timing_sparseformer's measurement (engine/interleaved.py): each round times every exit of every model
+    (throughput on the batch, median latency on one image), so per model there is one row per round and one figure
+    per exit; a model with more exits pays more for its last one than for its first."""
+    from itervision.engine.interleaved import interleaved_inference
+
+    models = {"static": sf_config(rounds=[9], memory=False), "recurrent": sf_config(rounds=[4, 9, 16], memory=True)}
+    cfg = models["static"]
+    out = interleaved_inference(models, (cfg.in_chans, cfg.img_size), batch=8, rounds=3, latency_repeats=3)
+    assert set(out) == {"static", "recurrent"}
+    for name, exits in (("static", 1), ("recurrent", 3)):
+        for key in ("latency_ms", "images_per_s"):
+            rows = out[name][key]
+            assert len(rows) == 3 and all(len(r) == exits and all(v > 0 for v in r) for r in rows)
+    first, last = np.median([r[0] for r in out["recurrent"]["latency_ms"]]), \
+        np.median([r[-1] for r in out["recurrent"]["latency_ms"]])
+    assert last > first  # three rounds of the recurrent model cost more than one
