@@ -11,8 +11,11 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # than one process (the fast lane 163 s against 108 s: docs/performance.md); give more where there are more cores.
 # Either way the tiny repository of the end-to-end tests builds in the background from the start (tests/conftest.py).
 TEST_WORKERS ?= 0
+# pytest-xdist workers of make test's end-to-end lane (tests marked slow: subprocesses, DVC, torchrun): two here,
+# 1,150 s serially against 788 s on two workers (docs/performance.md).
+E2E_WORKERS ?= 2
 export CLAIM EXP MINUTES SCALE GPU HOURS GPUS GPUS_PER_WORKER WORKERS SCHEDULER RETRIES STALL STATUS PLAN_GPU \
-	CPUS_PER_GPU IMAGENET REV TEST_WORKERS OUT
+	CPUS_PER_GPU IMAGENET REV TEST_WORKERS E2E_WORKERS OUT
 
 .PHONY: repro demo diff status-clean test test-fast plots setup data browser check-metrics paper-scale cpu-scale paper-plan paper-smoke paper-data imagenet-lists benchmark input-benchmark \
 	gpu-benchmark pipelines campaign settle
@@ -45,9 +48,9 @@ status-clean:
 	@out=$$(dvc status 2>&1); echo "$$out"; echo "$$out" | grep -q "Data and pipelines are up to date" \
 	  || { echo "error: dvc status is not clean after the run: the workspace is stale; run make repro again"; exit 1; }
 
-# The whole suite on TEST_WORKERS pytest-xdist workers (set at the top of this file; the built tiny repository is
-# shared between them, tests/conftest.py), then the tests that measure wall-clock alone (marked serial; exit 5,
-# none selected, is fine).
+# The whole suite in three lanes: the fast tests on TEST_WORKERS pytest-xdist workers, the slow (end-to-end) ones on
+# E2E_WORKERS (both set at the top of this file; the built tiny repository is shared between workers,
+# tests/conftest.py), then the tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine).
 # The whole pipeline at the tiny scale in a few minutes, in a copy of this checkout (OUT, default
 # /tmp/itervision-demo): a first look that leaves this workspace as it is.
 demo: setup
@@ -59,7 +62,8 @@ diff: setup
 	$(PY) -m itervision.pipeline.diff $(if $(REV),"$$REV")
 
 test: setup
-	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not serial"
+	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
+	$(PY) -m pytest -q -n "$$E2E_WORKERS" -m "slow and not serial"
 	$(PY) -m pytest -q -m serial || [ $$? = 5 ]
 
 # The fast lane: every test but those marked slow (end-to-end: a built DVC repository, torchrun, a training run in a

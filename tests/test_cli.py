@@ -214,14 +214,16 @@ def test_every_stage_script_has_help():
 
 @pytest.mark.slow
 def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_runs_tests():
-    """`make test` runs the suite on pytest-xdist workers less the tests marked serial, then those alone;
-    `make test-fast` the same without the slow ones. The lanes partition the suite."""
+    """`make test` runs the fast tests (TEST_WORKERS), the slow ones on their own pytest-xdist workers
+    (E2E_WORKERS), then the serial ones alone; `make test-fast` the first and the fast serial ones. The lanes
+    partition the suite."""
     def recipes(target):
         out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True).stdout
         return [line for line in out.splitlines() if "-m pytest" in line]
 
     assert [r.split("-m pytest ")[1] for r in recipes("test")] == [
-        '-q -n "$TEST_WORKERS" -m "not serial"', "-q -m serial || [ $? = 5 ]"]
+        '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -n "$E2E_WORKERS" -m "slow and not serial"',
+        "-q -m serial || [ $? = 5 ]"]
     assert [r.split("-m pytest ")[1] for r in recipes("test-fast")] == [
         '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -m "serial and not slow" || [ $? = 5 ]']
 
@@ -244,6 +246,8 @@ def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_
     assert len(everything) > 400 and fast and slow and fast.isdisjoint(slow) and fast | slow == everything
     parallel, serial = collected("not serial"), collected("serial")
     assert serial and parallel.isdisjoint(serial) and parallel | serial == everything
+    lanes = [collected("not slow and not serial"), collected("slow and not serial"), serial]  # make test's three
+    assert all(lanes) and sum(map(len, lanes)) == len(everything) and set().union(*lanes) == everything
     # pytest-xdist itself refuses to run when its workers collect different tests ("Different tests were
     # collected between gw0 and gw1"), so the parallel lane runs exactly `parallel`
     torchrun = {"tests/test_engine.py::test_one_and_two_processes_train_the_same_recipe",
