@@ -43,7 +43,7 @@ def main(argv=None):
     s = p.study(args.study)
     ds = s.datasets[0]
     if STUDIES[args.study].interleaved == "inference":
-        return _inference(args, p, s, ds, torch, mean_ci)
+        return _inference(args, s, ds)
     baseline = getattr(s, "baseline", s.main[0])
     members = {m: (read_model_spec(ds, m).config, read_run_spec(ds, m).train) for m in [baseline] + [
         m for m in s.main if m != baseline]}
@@ -62,13 +62,16 @@ def main(argv=None):
         f"{m} / {baseline} {r['mean']:.3f} ± {r['half_width']:.3f}" for m, r in out["ratio"].items()))
 
 
-def _inference(args, p, s, ds, torch, mean_ci):
+def _inference(args, s, ds):
     """Every model of the study on its first dataset (those configured there), exits timed round-robin; per
     (model, exit) the median over the rounds kept after warm-up, and the latency over the baseline's last exit
     (the study's target model) per round, mean ± 95 % t-interval."""
+    import torch
+
     from itervision.config.specs import read_profile_spec
     from itervision.engine.interleaved import interleaved_inference
     from itervision.layout import resolved_dir
+    from itervision.stats import mean_ci
 
     models = [m for m in dict.fromkeys([*s.main, *s.ablations]) if (resolved_dir(ds, m) / "model.json").exists()]
     baseline = s.target_model if s.target_model in models else models[0]
@@ -95,6 +98,7 @@ def _inference(args, p, s, ds, torch, mean_ci):
     print(f"{interleaved_file(args.study)}: latency over {baseline}'s: " + ", ".join(
         f"{m} exit {r['exit']} {r['latency_ratio']['mean']:.3f} ± {r['latency_ratio']['half_width']:.3f}"
         for m, rows in per_exit.items() for r in rows))
+
 
 if __name__ == "__main__":
     main()

@@ -37,15 +37,15 @@ def _start_build(config) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # local disk: flock holds here
         if (shared / "started").exists():
             return
-        log = open(shared / "build.log", "w")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         env.pop("PYTEST_XDIST_WORKER", None)
         # the session's first process (the xdist controller, or this pytest): the build stops when it is gone
         session = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
-        proc = subprocess.Popen([sys.executable, "-c", "import sys, helpers; helpers.build_tiny(*sys.argv[1:])",
-                                 str(shared / "repo"), str(session)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        with open(shared / "build.log", "w") as log:  # the child keeps its own copy of the file
+            proc = subprocess.Popen([sys.executable, "-c", "import sys, helpers; helpers.build_tiny(*sys.argv[1:])",
+                                     str(shared / "repo"), str(session)], stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
         (shared / "started").write_text(str(proc.pid))
 
 

@@ -19,8 +19,9 @@ def generated_text() -> str:
 
 
 def stale_figures(text: str, tables: str) -> list[str]:
-    """The "m ± h" of `text` that no table has (a sign may be dropped in prose: "+0.15" for a table's "0.15")."""
-    return [f"{m} ± {h}" for m, h in INTERVAL.findall(text)
+    """The "m ± h" of `text` that no table has (a sign may be dropped in prose: "+0.15" for a table's "0.15"); an
+    interval broken over two lines of the text counts too."""
+    return [f"{m} ± {h}" for m, h in INTERVAL.findall(re.sub(r"\s+", " ", text))
             if f"{m.replace('−', '-')} ± {h}" not in tables and f"{m.lstrip('−+-')} ± {h}" not in tables]
 
 

@@ -78,6 +78,7 @@ def interleaved_inference(models: dict, img_size_chans: tuple, batch: int, round
     import statistics
 
     from itervision.evaluation.flops import run_to_exit
+    from itervision.evaluation.timing import timed_calls
 
     chans, size = img_size_chans
     big = torch.randn(batch, chans, size, size, generator=torch.Generator().manual_seed(seed))
@@ -91,15 +92,10 @@ def interleaved_inference(models: dict, img_size_chans: tuple, batch: int, round
         for name in names[r % len(names):] + names[:r % len(names)]:
             model, lat, ips = built[name], [], []
             for e in range(model.num_exits):
-                t0 = time.perf_counter()
-                run_to_exit(model, big, e)
-                ips.append(batch / (time.perf_counter() - t0))
-                one = []
-                for _ in range(latency_repeats):
-                    t0 = time.perf_counter()
-                    run_to_exit(model, big[:1], e)
-                    one.append(time.perf_counter() - t0)
-                lat.append(1e3 * statistics.median(one))
+                def fn(x, model=model, e=e):
+                    return run_to_exit(model, x, e)
+                ips.append(batch / timed_calls(fn, big, 0, 1)[0])
+                lat.append(1e3 * statistics.median(timed_calls(fn, big[:1], 0, latency_repeats)))
             out[name]["latency_ms"].append(lat)
             out[name]["images_per_s"].append(ips)
     return out

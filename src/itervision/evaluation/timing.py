@@ -19,7 +19,8 @@ def _sync(x):
         torch.cuda.synchronize(x.device)
 
 
-def _timings(fn, x, warmup: int, repeats: int) -> list[float]:
+def timed_calls(fn, x, warmup: int, repeats: int) -> list[float]:
+    """Seconds of each of `repeats` calls fn(x) after `warmup` untimed ones (the device synchronised around each)."""
     for _ in range(warmup):
         fn(x)
     _sync(x)
@@ -43,8 +44,8 @@ def time_exits(model, batch: int, warmup: int, repeats: int, latency_repeats: in
     for e in range(model.num_exits):
         def fn(x, e=e):
             return run_to_exit(model, x, e)
-        through = _timings(fn, big, warmup, repeats)
-        latency = _timings(fn, big[:1], warmup, latency_repeats)
+        through = timed_calls(fn, big, warmup, repeats)
+        latency = timed_calls(fn, big[:1], warmup, latency_repeats)
         rows.append({"exit": e + 1, "batch": batch,
                      "images_per_s": batch / statistics.median(through),
                      "latency_ms": 1e3 * statistics.median(latency),
