@@ -3,15 +3,10 @@ what DVC looked at says "up to date" on its own, and any change DVC would see (a
 removed or added to, a lock or params byte, a copy of the workspace) sends the next `make repro` back to DVC."""
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-
-def _sh(cmd, cwd):
-    dvc = f"{sys.executable} -m dvc"
-    subprocess.run(cmd.replace("dvc ", f"{dvc} "), shell=True, cwd=cwd, check=True, capture_output=True)
+from helpers import sh
 
 
 @pytest.fixture
@@ -21,8 +16,8 @@ def small_repo(tmp_path, monkeypatch):
     root.mkdir()
     (root / "src.txt").write_text("a\n")
     (root / "params.yaml").write_text("k: 1\n")
-    _sh("git init -q && dvc init -q", root)
-    _sh("dvc stage add -q -n copy -d src.txt -p k -o out 'mkdir -p out && cp src.txt out/a.txt' && dvc repro -q", root)
+    sh("git init -q && dvc init -q", root)
+    sh("dvc stage add -q -n copy -d src.txt -p k -o out 'mkdir -p out && cp src.txt out/a.txt' && dvc repro -q", root)
     monkeypatch.chdir(root)
     return root
 
