@@ -63,7 +63,7 @@ diff: setup
 
 test: setup
 	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
-	$(PY) -m pytest -q -n "$$E2E_WORKERS" -m "slow and not serial"
+	$(PY) -m pytest -q -n "$$E2E_WORKERS" --dist loadgroup -m "slow and not serial"
 	$(PY) -m pytest -q -m serial || [ $$? = 5 ]
 
 # The fast lane: every test but those marked slow (end-to-end: a built DVC repository, torchrun, a training run in a

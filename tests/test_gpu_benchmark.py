@@ -25,11 +25,23 @@ def bench(out, budget):
 
 
 @pytest.mark.slow
-def test_the_gpu_benchmark_measures_what_the_placement_needs_first(tmp_path):
+def test_the_gpu_benchmark_measures_what_the_placement_needs_first_and_a_cut_short_one_keeps_its_figures(tmp_path):
+    """First a budget that ends after the first few figures (a job starts only with 10 s left: 12 s leave about two
+    seconds of work): the file holds them and names every job it skipped. Then a whole run on the same device: it
+    adds to that file instead of replacing it, and holds every figure the placement reads. Its budget, 115 s, is
+    what every job but compiling takes on a loaded 2-core machine (one run: CI's two test workers beside it) and
+    below the 120 s a compile job needs, which it must list as skipped."""
+    out = tmp_path / "cpu.json"
+    first = bench(out, 12)
+    measured = [k for k, e in first["configs"].items() if e.get("train_images_per_s")]
+    assert measured and first["skipped"]
+
     p = check_params(render_scale("tiny"))
     pairs = [(s, ds, m) for s in p.studies for ds, m in study_models(p, s)]
-    res = bench(tmp_path / "cpu.json", 60)
+    res = bench(out, 115)
     assert res["errors"] == []
+    assert all(res["configs"][k]["train_images_per_s"] for k in measured)
+    assert any("earlier figures kept" in n for n in res.get("notes", []))
     for s, ds, m in pairs:
         glob = run_spec(p, m, ds).train.global_batch
         rates = res["configs"][f"{s}/{ds}/{m}"]["train_images_per_s"]
@@ -49,16 +61,3 @@ def test_the_gpu_benchmark_measures_what_the_placement_needs_first(tmp_path):
     assert fed["loader_fed_images_per_s"][glob] > 0 and fed["input_images_per_s"][glob] > 0
     assert fed["input_path"]["augment_on"] == "host"
 
-
-@pytest.mark.slow
-def test_a_cut_short_benchmark_keeps_what_it_measured(tmp_path):
-    """A budget that ends after the first few figures (a job starts only with 10 s left: a budget of 12 s leaves
-    about two seconds of work): the file holds them and names every job it skipped; a second run on the same
-    device adds to the file instead of replacing it."""
-    out = tmp_path / "cpu.json"
-    first = bench(out, 12)
-    measured = [k for k, e in first["configs"].items() if e.get("train_images_per_s")]
-    assert measured and first["skipped"]
-    second = bench(out, 60)
-    assert all(second["configs"][k]["train_images_per_s"] for k in measured)
-    assert any("earlier figures kept" in n for n in second.get("notes", []))

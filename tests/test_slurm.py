@@ -17,7 +17,10 @@ import pytest
 from helpers import ROOT, make_repo, sh
 from test_campaign import ENV, campaign, run_processes
 
-pytestmark = pytest.mark.slow
+# One SLURM at a time on this machine: its daemons listen on fixed ports and share one munged, so two pytest-xdist
+# workers each starting the module's fixture would talk to each other's controller and the first to finish would stop
+# the other's munged (CI saw a replacement job never start). make test runs the slow lane with --dist loadgroup.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 @pytest.fixture(scope="module")
