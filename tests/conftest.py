@@ -49,6 +49,9 @@ def _start_build(config) -> None:
         (shared / "started").write_text(str(proc.pid))
 
 
+# trylast: after `-m` has deselected, so that what is left is what this session runs (make test's fast lane used to
+# start a build for the slow tests it deselected, and stop it unused when it ended)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):  # noqa: D103  (the docstring below says it)
     """`make test-fast` (-m "not slow") must not build the tiny repository: a test that uses it and lacks the slow
     marker is a collection error, not a silent 2-minute fixture in the fast lane.

@@ -66,7 +66,7 @@ def test_late_gpu_jobs_get_the_runs_and_a_requeued_job_rejoins_and_resumes(built
     repo = make_repo(tmp_path / "repo")
     cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
                            python=sys.executable, log_directory=str(tmp_path / "logs"),
-                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": None},
+                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": ":0"},
                            worker_extra_args=["--resources", "GPU=1"], job_extra_directives=["--requeue"],
                            job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
     requeued = []
@@ -127,7 +127,7 @@ def test_the_campaign_runs_on_slurm_and_a_cancelled_job_resumes_its_run(built_re
     repo = make_repo(tmp_path / "repo")
     cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
                            python=sys.executable, log_directory=str(tmp_path / "logs"),
-                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": None},
+                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": ":0"},
                            job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
     cancelled = []
 
