@@ -48,9 +48,6 @@ status-clean:
 	@out=$$(dvc status 2>&1); echo "$$out"; echo "$$out" | grep -q "Data and pipelines are up to date" \
 	  || { echo "error: dvc status is not clean after the run: the workspace is stale; run make repro again"; exit 1; }
 
-# The whole suite in three lanes: the fast tests on TEST_WORKERS pytest-xdist workers, the slow (end-to-end) ones on
-# E2E_WORKERS (both set at the top of this file; the built tiny repository is shared between workers,
-# tests/conftest.py), then the tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine).
 # The whole pipeline at the tiny scale in a few minutes, in a copy of this checkout (OUT, default
 # /tmp/itervision-demo): a first look that leaves this workspace as it is.
 demo: setup
@@ -61,6 +58,10 @@ demo: setup
 diff: setup
 	$(PY) -m itervision.pipeline.diff $(if $(REV),"$$REV")
 
+# The whole suite in three lanes: the fast tests on TEST_WORKERS pytest-xdist workers, the slow (end-to-end) ones on
+# E2E_WORKERS (both set at the top of this file; the built tiny repository is shared between workers,
+# tests/conftest.py; the SLURM tests on one of them, --dist loadgroup: one single-node SLURM at a time), then the
+# tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine).
 test: setup
 	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
 	$(PY) -m pytest -q -n "$$E2E_WORKERS" --dist loadgroup -m "slow and not serial"

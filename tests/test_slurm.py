@@ -19,7 +19,8 @@ from test_campaign import ENV, campaign, run_processes
 
 # One SLURM at a time on this machine: its daemons listen on fixed ports and share one munged, so two pytest-xdist
 # workers each starting the module's fixture would talk to each other's controller and the first to finish would stop
-# the other's munged (CI saw a replacement job never start). make test runs the slow lane with --dist loadgroup.
+# the other's munged (the likely cause of a CI failure: a requeued job's replacement never joined). make test runs the
+# slow lane with --dist loadgroup.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
@@ -55,20 +56,25 @@ def squeue_state(job: str) -> str:
     return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
 
 
+def slurm_cluster(tmp_path, **extra):
+    """dask-jobqueue's SLURMCluster on the test partition: one single-threaded worker per job, running this venv."""
+    from dask_jobqueue import SLURMCluster
+
+    return SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test", python=sys.executable,
+                        log_directory=str(tmp_path / "logs"), local_directory=str(tmp_path / "dask"),
+                        scheduler_options={"dashboard_address": ":0"},  # any free port: no "8787 in use" warning
+                        job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"], **extra)
+
+
 def test_late_gpu_jobs_get_the_runs_and_a_requeued_job_rejoins_and_resumes(built_repo, tmp_path, slurm):
     """The campaign starts before any SLURM job runs (told that workers hold one GPU); two jobs declaring one
     stand-in GPU each join later and get the runs; one job is requeued with `scontrol requeue` while its run has a
     checkpoint: its run resumes from that checkpoint, the cluster is back to two GPU workers, and the metrics equal
     the sequential `dvc repro`'s."""
-    from dask_jobqueue import SLURMCluster
     from distributed import Client
 
     repo = make_repo(tmp_path / "repo")
-    cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
-                           python=sys.executable, log_directory=str(tmp_path / "logs"),
-                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": ":0"},
-                           worker_extra_args=["--resources", "GPU=1"], job_extra_directives=["--requeue"],
-                           job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
+    cluster = slurm_cluster(tmp_path, worker_extra_args=["--resources", "GPU=1"], job_extra_directives=["--requeue"])
     requeued = []
 
     def requeue_a_job():  # scontrol requeue the job of a worker whose run has written a checkpoint
@@ -121,14 +127,10 @@ def test_late_gpu_jobs_get_the_runs_and_a_requeued_job_rejoins_and_resumes(built
 
 
 def test_the_campaign_runs_on_slurm_and_a_cancelled_job_resumes_its_run(built_repo, tmp_path, slurm):
-    from dask_jobqueue import SLURMCluster
     from distributed import Client
 
     repo = make_repo(tmp_path / "repo")
-    cluster = SLURMCluster(cores=1, processes=1, memory="4GB", walltime="00:30:00", queue="test",
-                           python=sys.executable, log_directory=str(tmp_path / "logs"),
-                           local_directory=str(tmp_path / "dask"), scheduler_options={"dashboard_address": ":0"},
-                           job_script_prologue=[f"export PATH={ENV['PATH']}", "export OMP_NUM_THREADS=1"])
+    cluster = slurm_cluster(tmp_path)
     cancelled = []
 
     def cancel_a_job():  # scancel the job of a worker whose run has written a checkpoint
