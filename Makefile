@@ -60,11 +60,11 @@ diff: setup
 
 # The whole suite in three lanes: the fast tests on TEST_WORKERS pytest-xdist workers, the slow (end-to-end) ones on
 # E2E_WORKERS (both set at the top of this file; the built tiny repository is shared between workers,
-# tests/conftest.py; the SLURM tests on one of them, --dist loadgroup: one single-node SLURM at a time), then the
-# tests that measure wall-clock alone (marked serial; exit 5, none selected, is fine).
+# tests/conftest.py; one single-node SLURM at a time, tests/test_slurm.py), then the tests that measure wall-clock
+# alone (marked serial; exit 5, none selected, is fine).
 test: setup
 	$(PY) -m pytest -q -n "$$TEST_WORKERS" -m "not slow and not serial"
-	$(PY) -m pytest -q -n "$$E2E_WORKERS" --dist loadgroup -m "slow and not serial"
+	$(PY) -m pytest -q -n "$$E2E_WORKERS" -m "slow and not serial"
 	$(PY) -m pytest -q -m serial || [ $$? = 5 ]
 
 # The fast lane: every test but those marked slow (end-to-end: a built DVC repository, torchrun, a training run in a

@@ -10,11 +10,14 @@ dir=$(realpath -m "${2:?a scratch folder}")
 conf="$dir/slurm.conf"
 
 stop() {
-  for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid"; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  local pids=()
+  for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" /run/munge/itervision-munged.pid; do
+    [ -f "$pidfile" ] && pids+=("$(cat "$pidfile")")
   done
-  [ -f /run/munge/itervision-munged.pid ] && kill "$(cat /run/munge/itervision-munged.pid)" 2>/dev/null || true
-  sleep 1
+  [ ${#pids[@]} = 0 ] && return 0
+  kill "${pids[@]}" 2>/dev/null || true
+  # gone before the next start looks for a running munged (a dying one would be taken as running)
+  for _ in $(seq 1 50); do kill -0 "${pids[@]}" 2>/dev/null || return 0; sleep 0.2; done
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi

@@ -223,7 +223,7 @@ def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_
 
     assert [r.split("-m pytest ")[1] for r in recipes("test")] == [
         '-q -n "$TEST_WORKERS" -m "not slow and not serial"',
-        '-q -n "$E2E_WORKERS" --dist loadgroup -m "slow and not serial"', "-q -m serial || [ $? = 5 ]"]
+        '-q -n "$E2E_WORKERS" -m "slow and not serial"', "-q -m serial || [ $? = 5 ]"]
     assert [r.split("-m pytest ")[1] for r in recipes("test-fast")] == [
         '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -m "serial and not slow" || [ $? = 5 ]']
 
@@ -253,6 +253,3 @@ def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_
     torchrun = {"tests/test_engine.py::test_one_and_two_processes_train_the_same_recipe",
                 "tests/test_engine.py::test_a_compiled_step_under_two_processes_trains_like_the_eager_one"}
     assert torchrun <= slow  # built_repo users are guarded by conftest.py
-    # the SLURM tests share one worker (--dist loadgroup): one single-node SLURM at a time on this machine
-    slurm = {node for node in everything if node.startswith("tests/test_slurm.py::")}
-    assert slurm and all("xdist_group" in marks[node] for node in slurm)

@@ -4,43 +4,52 @@ tiny-scale recursive study's runs executed there. The metrics equal the sequenti
 cancelled with `scancel` mid-run has its run retried, resuming from its checkpoint; jobs that join after the
 campaign started get the runs and their (stand-in) GPUs; after a requeue the run resumes and the cluster has its
 workers again. Skipped with one line where SLURM cannot be started (not root, no apt)."""
+import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from helpers import ROOT, make_repo, sh
 from test_campaign import ENV, campaign, run_processes
 
-# One SLURM at a time on this machine: its daemons listen on fixed ports and share one munged, so two pytest-xdist
-# workers each starting the module's fixture would talk to each other's controller and the first to finish would stop
-# the other's munged (the likely cause of a CI failure: a requeued job's replacement never joined). make test runs the
-# slow lane with --dist loadgroup.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.slow
+# One single-node SLURM at a time on this machine: its daemons listen on fixed ports and share one munged, so a second
+# one (the other SLURM test on another pytest-xdist worker) talks to the first one's controller, and the first to stop
+# kills munged under the other, whose jobs then never start (seen: CI's failure, and here). pytest-xdist's
+# `--dist loadgroup` did not keep the two tests on one worker (pytest 9.2, xdist 3.8.0: tested, they ran on gw0 and
+# gw1), so the fixture holds a machine-wide lock for as long as its SLURM runs.
+SLURM_LOCK = Path(tempfile.gettempdir()) / "itervision-tests-slurm.lock"
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     d = tmp_path_factory.mktemp("slurm")
-    r = subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "start", str(d)], capture_output=True,
-                       text=True, timeout=600)
-    if r.returncode == 3:
-        pytest.skip(r.stdout.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stdout + r.stderr
-    conf = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf  # sbatch, squeue and scancel of dask-jobqueue read it
-    yield conf
-    subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "stop", str(d)], timeout=60)
-    if old is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = old
+    with open(SLURM_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, however the fixture ends
+        r = subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "start", str(d)], capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode == 3:
+            pytest.skip(r.stdout.strip().splitlines()[-1])
+        assert r.returncode == 0, r.stdout + r.stderr
+        conf = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        old = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = conf  # sbatch, squeue and scancel of dask-jobqueue read it
+        try:
+            yield conf
+        finally:
+            subprocess.run(["bash", str(ROOT / "tests/slurm_single_node.sh"), "stop", str(d)], timeout=60)
+            if old is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = old
 
 
 def job_of(pid: int) -> str | None:
