@@ -17,7 +17,13 @@ stop() {
   [ ${#pids[@]} = 0 ] && return 0
   kill "${pids[@]}" 2>/dev/null || true
   # gone before the next start looks for a running munged (a dying one would be taken as running)
-  for _ in $(seq 1 50); do kill -0 "${pids[@]}" 2>/dev/null || return 0; sleep 0.2; done
+  local _ pid alive
+  for _ in $(seq 1 50); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.2
+  done
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
