@@ -222,8 +222,8 @@ def test_the_lanes_partition_the_suite_and_the_parallel_run_collects_the_serial_
         return [line for line in out.splitlines() if "-m pytest" in line]
 
     assert [r.split("-m pytest ")[1] for r in recipes("test")] == [
-        '-q -n "$TEST_WORKERS" -m "not slow and not serial"',
-        '-q -n "$E2E_WORKERS" -m "slow and not serial"', "-q -m serial || [ $? = 5 ]"]
+        '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -n "$E2E_WORKERS" -m "slow and not serial"',
+        "-q -m serial || [ $? = 5 ]"]
     assert [r.split("-m pytest ")[1] for r in recipes("test-fast")] == [
         '-q -n "$TEST_WORKERS" -m "not slow and not serial"', '-q -m "serial and not slow" || [ $? = 5 ]']
 
